@@ -1,0 +1,40 @@
+// The one mapping between Inductor's Redis keys and pt2cached namespaces,
+// used by the RESP front door and by the remote (Redis) tier.
+//
+// Inductor writes `pt2:{cache_id}::{key}:c{version}`. With version 1:
+//   fx-graph-v1            -> fx-graph,        key
+//   autograd-experimental  -> aot-autograd,    key
+//   autograd-* (others)    -> aot-autograd,    "{cache_id}::{key}"
+//   bundled-autotune-v1    -> autotune-bundle, key
+//   dynamo-pgo             -> pgo,             key
+//   <64 hex> (per kernel)  -> autotune,        "{cache_id}::{key}"
+// Anything else (other versions, other prefixes) -> redis, the whole key.
+// Both directions are lossless: to_redis_key(from_redis_key(k)) == k.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pt2cache::proto {
+
+struct NamespacedKey {
+    std::string ns;
+    std::string key;
+
+    bool operator==(const NamespacedKey&) const = default;
+};
+
+inline constexpr std::string_view k_redis_namespace = "redis";
+
+NamespacedKey from_redis_key(std::string_view redis_key);
+
+// The Redis key for an entry of `ns`, or nullopt when `ns` has no Redis form
+// (free-form namespaces).
+std::optional<std::string> to_redis_key(std::string_view ns, std::string_view key);
+
+// The Inductor cache_id of a namespace's entries, e.g. "fx-graph-v1"; empty
+// for autotune (per-kernel ids), redis and free-form namespaces.
+std::string_view canonical_cache_id(std::string_view ns);
+
+} // namespace pt2cache::proto

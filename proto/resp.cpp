@@ -1,0 +1,222 @@
+#include "proto/resp.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "proto/bytes.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::proto::resp {
+
+namespace {
+
+// Parses a signed decimal as Redis's string2ll does: no sign-less garbage,
+// no leading '+', no spaces.
+bool parse_int(std::string_view text, std::int64_t& value) {
+    if (text.empty() || text.front() == '+') {
+        return false;
+    }
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return ec == std::errc() && end == text.data() + text.size();
+}
+
+// Position of "\r\n" at or after `from`, or npos.
+std::size_t find_crlf(std::string_view text, std::size_t from) {
+    return text.find("\r\n", from);
+}
+
+ParseResult parse_inline(std::string_view text) {
+    auto newline = text.find('\n');
+    if (newline == std::string_view::npos) {
+        if (text.size() > k_max_inline) {
+            return ProtocolError{"too big inline request"};
+        }
+        return NeedMore{};
+    }
+    if (newline > k_max_inline) {
+        return ProtocolError{"too big inline request"};
+    }
+    std::string_view line = text.substr(0, newline);
+    if (!line.empty() && line.back() == '\r') {
+        line.remove_suffix(1);
+    }
+    Command command;
+    command.consumed = newline + 1;
+    // Quoted arguments keep their quotes' contents only when no escapes are
+    // involved; arguments with escapes are rare in typed commands and are
+    // rejected rather than misread.
+    std::size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) {
+            ++i;
+        }
+        if (i >= line.size()) {
+            break;
+        }
+        if (line[i] == '"' || line[i] == '\'') {
+            const char quote = line[i];
+            const auto close = line.find(quote, i + 1);
+            if (close == std::string_view::npos ||
+                line.substr(i + 1, close - i - 1).find('\\') != std::string_view::npos) {
+                return ProtocolError{"unbalanced quotes in request"};
+            }
+            if (close + 1 < line.size() && line[close + 1] != ' ' && line[close + 1] != '\t') {
+                return ProtocolError{"unbalanced quotes in request"};
+            }
+            command.args.push_back(line.substr(i + 1, close - i - 1));
+            i = close + 1;
+            continue;
+        }
+        auto end = line.find_first_of(" \t", i);
+        if (end == std::string_view::npos) {
+            end = line.size();
+        }
+        command.args.push_back(line.substr(i, end - i));
+        i = end;
+    }
+    return command;
+}
+
+} // namespace
+
+ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits) {
+    const std::string_view text = as_text(bytes);
+    if (text.empty()) {
+        return NeedMore{};
+    }
+    if (text.front() != '*') {
+        return parse_inline(text);
+    }
+
+    auto eol = find_crlf(text, 0);
+    if (eol == std::string_view::npos) {
+        if (text.size() > k_max_inline) {
+            return ProtocolError{"too big mbulk count string"};
+        }
+        return NeedMore{};
+    }
+    std::int64_t count = 0;
+    if (!parse_int(text.substr(1, eol - 1), count) || count > std::int64_t(k_max_multibulk)) {
+        return ProtocolError{"invalid multibulk length"};
+    }
+    Command command;
+    std::size_t pos = eol + 2;
+    if (count <= 0) {
+        command.consumed = pos;
+        return command;
+    }
+    // Reserve by what the buffer could hold, never by the claimed count:
+    // each argument takes at least 6 bytes ("$0\r\n\r\n").
+    command.args.reserve(std::min<std::size_t>(count, (text.size() - pos) / 6 + 1));
+    for (std::int64_t i = 0; i < count; ++i) {
+        if (pos >= text.size()) {
+            return NeedMore{};
+        }
+        if (text[pos] != '$') {
+            return ProtocolError{fmt::format("expected '$', got '{}'", text[pos])};
+        }
+        eol = find_crlf(text, pos);
+        if (eol == std::string_view::npos) {
+            if (text.size() - pos > k_max_inline) {
+                return ProtocolError{"too big bulk count string"};
+            }
+            return NeedMore{};
+        }
+        std::int64_t length = 0;
+        if (!parse_int(text.substr(pos + 1, eol - pos - 1), length) || length < 0 ||
+            std::uint64_t(length) > limits.max_bulk) {
+            return ProtocolError{"invalid bulk length"};
+        }
+        pos = eol + 2;
+        const auto need = pos + std::size_t(length) + 2;
+        if (text.size() < need) {
+            return NeedMore{need - text.size()};
+        }
+        if (text.substr(pos + length, 2) != "\r\n") {
+            return ProtocolError{"expected CRLF after bulk string"};
+        }
+        command.args.push_back(text.substr(pos, length));
+        pos = need;
+    }
+    command.consumed = pos;
+    return command;
+}
+
+Writer& Writer::line(char type, std::string_view text) {
+    ByteWriter writer(m_out);
+    writer.integer(static_cast<std::uint8_t>(type));
+    writer.text(text).text("\r\n");
+    return *this;
+}
+
+Writer& Writer::simple(std::string_view text) {
+    return line('+', text);
+}
+Writer& Writer::error(std::string_view text) {
+    return line('-', text);
+}
+Writer& Writer::integer(std::int64_t value) {
+    return line(':', fmt::format("{}", value));
+}
+
+Writer& Writer::bulk_header(std::size_t length) {
+    return line('$', fmt::format("{}", length));
+}
+Writer& Writer::crlf() {
+    ByteWriter(m_out).text("\r\n");
+    return *this;
+}
+
+Writer& Writer::bulk(std::string_view bytes) {
+    bulk_header(bytes.size());
+    ByteWriter(m_out).text(bytes).text("\r\n");
+    return *this;
+}
+
+Writer& Writer::null() {
+    if (m_version >= 3) {
+        return line('_', "");
+    }
+    return line('$', "-1");
+}
+
+Writer& Writer::null_array() {
+    if (m_version >= 3) {
+        return line('_', "");
+    }
+    return line('*', "-1");
+}
+
+Writer& Writer::array(std::size_t count) {
+    return line('*', fmt::format("{}", count));
+}
+
+Writer& Writer::map(std::size_t pairs) {
+    if (m_version >= 3) {
+        return line('%', fmt::format("{}", pairs));
+    }
+    return array(pairs * 2);
+}
+
+Writer& Writer::verbatim(std::string_view text) {
+    if (m_version < 3) {
+        return bulk(text);
+    }
+    line('=', fmt::format("{}", text.size() + 4));
+    ByteWriter(m_out).text("txt:").text(text).text("\r\n");
+    return *this;
+}
+
+std::string unknown_command_message(std::span<const std::string_view> args) {
+    // As Redis 7's processCommand: up to 128 bytes of each, while the list of
+    // arguments is shorter than 128 bytes.
+    std::string listed;
+    for (std::size_t i = 1; i < args.size() && listed.size() < 128; ++i) {
+        listed += fmt::format("'{}' ", args[i].substr(0, 128 - listed.size()));
+    }
+    return fmt::format("ERR unknown command '{}', with args beginning with: {}",
+                       args.empty() ? std::string_view() : args[0].substr(0, 128), listed);
+}
+
+} // namespace pt2cache::proto::resp

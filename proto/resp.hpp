@@ -1,0 +1,75 @@
+// RESP2/RESP3 (the Redis protocol), as far as pt2cached's front door needs it:
+// parsing client commands (multibulk and inline) and encoding replies. Pure
+// functions over bytes. Limits and error wording follow Redis, so clients and
+// tools see what they would see from redis-server. See docs/torch.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace pt2cache::proto::resp {
+
+inline constexpr std::size_t k_max_multibulk = 1024 * 1024;
+inline constexpr std::size_t k_max_inline = 64 * 1024;
+
+struct Limits {
+    std::uint64_t max_bulk = 512ull << 20;
+};
+
+// One command; the arguments point into the parsed buffer.
+struct Command {
+    std::vector<std::string_view> args;
+    std::size_t consumed = 0;
+};
+
+struct NeedMore {
+    std::size_t bytes = 1; // at least this many more bytes
+};
+
+// A protocol error: the reply is "-ERR Protocol error: <message>" and the
+// connection closes.
+struct ProtocolError {
+    std::string message;
+};
+
+using ParseResult = std::variant<NeedMore, Command, ProtocolError>;
+
+// Parses one command from the front of `bytes`. Empty inline lines are
+// consumed and yield a Command with no arguments.
+ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits);
+
+// Reply encoding. `version` is 2 or 3 (after HELLO 3); where RESP3 has its
+// own type (null, map, double, ...) the RESP2 fallback is used for 2.
+class Writer {
+public:
+    Writer(std::vector<std::byte>& out, int version)
+        : m_out(out)
+        , m_version(version) {}
+
+    Writer& simple(std::string_view text);   // +text
+    Writer& error(std::string_view text);    // -text (text includes the code)
+    Writer& integer(std::int64_t value);     // :n
+    Writer& bulk(std::string_view bytes);    // $n bytes
+    Writer& bulk_header(std::size_t length); // $n, the caller sends bytes + CRLF
+    Writer& crlf();
+    Writer& null();                          // $-1 or _
+    Writer& null_array();                    // *-1 or _
+    Writer& array(std::size_t count);        // *n
+    Writer& map(std::size_t pairs);          // %n, or *2n for RESP2
+    Writer& verbatim(std::string_view text); // =n txt:..., or bulk for RESP2
+
+private:
+    Writer& line(char type, std::string_view text);
+    std::vector<std::byte>& m_out;
+    int m_version;
+};
+
+// "unknown command 'foo', with args beginning with: 'a' 'b' " (Redis 7 wording).
+std::string unknown_command_message(std::span<const std::string_view> args);
+
+} // namespace pt2cache::proto::resp

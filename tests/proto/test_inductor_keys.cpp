@@ -1,0 +1,39 @@
+#include <string>
+
+#include "proto/inductor_keys.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace pt2cache::proto;
+
+TEST_CASE("Inductor keys map to namespaces and back", "[proto][keys]") {
+    const std::string hex64(64, 'a');
+    const std::string fx = "f" + std::string(51, 'q');
+    struct Row {
+        std::string redis_key;
+        NamespacedKey mapped;
+    };
+    const std::vector<Row> rows{
+        {"pt2:fx-graph-v1::" + fx + ":c1", {"fx-graph", fx}},
+        {"pt2:autograd-experimental::a123:c1", {"aot-autograd", "a123"}},
+        {"pt2:autograd-other::a123:c1", {"aot-autograd", "autograd-other::a123"}},
+        {"pt2:autograd-experimental::x::y:c1", {"aot-autograd", "autograd-experimental::x::y"}},
+        {"pt2:bundled-autotune-v1::" + hex64 + ":c1", {"autotune-bundle", hex64}},
+        {"pt2:dynamo-pgo::job:0::c1", {"pgo", "job:0:"}},
+        {"pt2:" + hex64 + "::" + hex64 + ":c1", {"autotune", hex64 + "::" + hex64}},
+        {"pt2:fx-graph-v1::" + fx + ":c2", {"redis", "pt2:fx-graph-v1::" + fx + ":c2"}},
+        {"pt2:fx-graph-v1:old-layout", {"redis", "pt2:fx-graph-v1:old-layout"}},
+        {"pt2:unknown-id::k:c1", {"redis", "pt2:unknown-id::k:c1"}},
+        {"pt2:fx-graph-v1:::c1", {"redis", "pt2:fx-graph-v1:::c1"}},
+        {"plain", {"redis", "plain"}},
+        {"", {"redis", ""}},
+    };
+    for (const auto& row : rows) {
+        INFO(row.redis_key);
+        CHECK(from_redis_key(row.redis_key) == row.mapped);
+        CHECK(to_redis_key(row.mapped.ns, row.mapped.key) == row.redis_key);
+    }
+    CHECK_FALSE(to_redis_key("my-namespace", "k"));
+    CHECK(canonical_cache_id("fx-graph") == "fx-graph-v1");
+    CHECK(canonical_cache_id("autotune").empty());
+}

@@ -1,0 +1,101 @@
+#include <string>
+
+#include "proto/bytes.hpp"
+#include "proto/resp.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace pt2cache::proto;
+using namespace pt2cache::proto::resp;
+
+namespace {
+
+ParseResult parse(std::string_view text, Limits limits = {}) {
+    return parse_command(as_bytes(text), limits);
+}
+
+std::string error_of(const ParseResult& result) {
+    REQUIRE(std::holds_alternative<ProtocolError>(result));
+    return std::get<ProtocolError>(result).message;
+}
+
+std::string written(auto fn, int version = 2) {
+    std::vector<std::byte> out;
+    Writer writer(out, version);
+    fn(writer);
+    return std::string(as_text(out));
+}
+
+} // namespace
+
+TEST_CASE("multibulk commands", "[proto][resp]") {
+    const std::string wire = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nv\r\nx!\r\n*1\r\n$4\r\nPING\r\n";
+    auto result = parse(wire);
+    REQUIRE(std::holds_alternative<Command>(result));
+    const auto& command = std::get<Command>(result);
+    REQUIRE(command.args.size() == 3);
+    CHECK(command.args[0] == "SET");
+    CHECK(command.args[2] == "v\r\nx!");
+    CHECK(command.consumed == wire.find("*1"));
+
+    SECTION("every prefix of a command needs more") {
+        for (std::size_t n = 1; n < command.consumed; ++n) {
+            CHECK(std::holds_alternative<NeedMore>(parse(std::string_view(wire).substr(0, n))));
+        }
+    }
+}
+
+TEST_CASE("inline commands", "[proto][resp]") {
+    auto result = parse("set  key \"a value\"\r\n");
+    REQUIRE(std::holds_alternative<Command>(result));
+    const auto& command = std::get<Command>(result);
+    REQUIRE(command.args.size() == 3);
+    CHECK(command.args[2] == "a value");
+
+    auto bare = parse("PING\n");
+    REQUIRE(std::holds_alternative<Command>(bare));
+    CHECK(std::get<Command>(bare).args.size() == 1);
+
+    auto empty = parse("\r\n");
+    REQUIRE(std::holds_alternative<Command>(empty));
+    CHECK(std::get<Command>(empty).args.empty());
+    CHECK(std::get<Command>(empty).consumed == 2);
+
+    CHECK(error_of(parse("GET \"open\n")) == "unbalanced quotes in request");
+    CHECK(error_of(parse(std::string(70 * 1024, 'a'))) == "too big inline request");
+}
+
+TEST_CASE("hostile RESP is refused with Redis's wording", "[proto][resp]") {
+    CHECK(error_of(parse("*3000000000\r\n")) == "invalid multibulk length");
+    CHECK(error_of(parse("*abc\r\n")) == "invalid multibulk length");
+    CHECK(error_of(parse("*1\r\n$2000000000\r\n")) == "invalid bulk length");
+    CHECK(error_of(parse("*1\r\n$-5\r\n")) == "invalid bulk length");
+    CHECK(error_of(parse("*1\r\n$x\r\n")) == "invalid bulk length");
+    CHECK(error_of(parse("*1\r\n+3\r\n")) == "expected '$', got '+'");
+    CHECK(error_of(parse("*1\r\n$3\r\nGETxx")) == "expected CRLF after bulk string");
+    CHECK(error_of(parse("*1\r\n$11\r\nhello", Limits{.max_bulk = 10})) == "invalid bulk length");
+    CHECK(error_of(parse("*" + std::string(70 * 1024, '1'))) == "too big mbulk count string");
+
+    SECTION("a claimed count larger than the buffer reserves nothing huge") {
+        auto result = parse("*1048576\r\n$1\r\na\r\n");
+        CHECK(std::holds_alternative<NeedMore>(result));
+    }
+}
+
+TEST_CASE("reply encoding in RESP2 and RESP3", "[proto][resp]") {
+    CHECK(written([](Writer& w) { w.null(); }, 2) == "$-1\r\n");
+    CHECK(written([](Writer& w) { w.null(); }, 3) == "_\r\n");
+    CHECK(written([](Writer& w) { w.map(1).bulk("proto").integer(3); }, 3) ==
+          "%1\r\n$5\r\nproto\r\n:3\r\n");
+    CHECK(written([](Writer& w) { w.map(1).bulk("proto").integer(2); }, 2) ==
+          "*2\r\n$5\r\nproto\r\n:2\r\n");
+    CHECK(written([](Writer& w) { w.simple("OK").error("ERR x"); }) == "+OK\r\n-ERR x\r\n");
+    CHECK(written([](Writer& w) { w.verbatim("a"); }, 3) == "=5\r\ntxt:a\r\n");
+    CHECK(written([](Writer& w) { w.bulk(""); }) == "$0\r\n\r\n");
+}
+
+TEST_CASE("unknown command wording", "[proto][resp]") {
+    std::vector<std::string_view> args{"FOO", "a", "b"};
+    CHECK(unknown_command_message(args) ==
+          "ERR unknown command 'FOO', with args beginning with: 'a' 'b' ");
+}
