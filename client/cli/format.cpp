@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+#include "client/cli/format.hpp"
+
+#include <array>
+#include <cmath>
+#include <ctime>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace pt2cache::client::cli {
+
+std::string human_bytes(std::uint64_t bytes) {
+    static constexpr std::array<std::string_view, 6> units = {"KiB", "MiB", "GiB",
+                                                              "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        return fmt::format("{} B", bytes);
+    }
+    double value = static_cast<double>(bytes) / 1024;
+    std::size_t unit = 0;
+    while (value >= 1024 && unit + 1 < units.size()) {
+        value /= 1024;
+        ++unit;
+    }
+    return fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+std::string human_duration(double seconds) {
+    const auto total = static_cast<std::uint64_t>(std::max(0.0, std::floor(seconds)));
+    const std::uint64_t days = total / 86400;
+    const std::uint64_t hours = total / 3600 % 24;
+    const std::uint64_t minutes = total / 60 % 60;
+    const std::uint64_t secs = total % 60;
+    if (days > 0) {
+        return fmt::format("{}d {:02}h {:02}m", days, hours, minutes);
+    }
+    if (hours > 0) {
+        return fmt::format("{}h {:02}m {:02}s", hours, minutes, secs);
+    }
+    if (minutes > 0) {
+        return fmt::format("{}m {:02}s", minutes, secs);
+    }
+    return fmt::format("{}s", secs);
+}
+
+std::string format_mtime(std::uint64_t mtime_ms) {
+    const auto seconds = static_cast<std::time_t>(mtime_ms / 1000);
+    std::tm local{};
+    if (::localtime_r(&seconds, &local) == nullptr) {
+        return fmt::format("@{}", mtime_ms / 1000);
+    }
+    std::array<char, 32> text{};
+    const std::size_t size = std::strftime(text.data(), text.size(), "%Y-%m-%d %H:%M:%S", &local);
+    return std::string(text.data(), size);
+}
+
+std::string printable(std::string_view key) {
+    std::string out;
+    out.reserve(key.size());
+    for (const char c : key) {
+        const auto byte = static_cast<unsigned char>(c);
+        if (byte < 0x20 || byte >= 0x7f || c == '\\') {
+            out += fmt::format("\\x{:02x}", byte);
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+namespace {
+
+struct Column {
+    std::string_view title;
+    std::string_view field;
+    bool bytes;
+};
+
+constexpr std::array<Column, 8> k_columns = {{
+    {"HITS", "hits", false},
+    {"MISSES", "misses", false},
+    {"PUTS", "puts", false},
+    {"BYTES IN", "bytes_in", true},
+    {"BYTES OUT", "bytes_out", true},
+    {"EVICTIONS", "evictions", false},
+    {"CORRUPT", "corrupt", false},
+    {"ERRORS", "errors", false},
+}};
+
+std::uint64_t counter(const nlohmann::json& tier, std::string_view field) {
+    const auto it = tier.find(field);
+    return it == tier.end() ? 0 : it->get<std::uint64_t>();
+}
+
+} // namespace
+
+std::string render_stats(const nlohmann::json& stats) {
+    std::string out;
+    out += fmt::format("uptime  {}\n", human_duration(stats.at("uptime_s").get<double>()));
+
+    const auto& daemon = stats.at("daemon");
+    std::size_t name_width = 0;
+    for (const auto& [name, value] : daemon.items()) {
+        name_width = std::max(name_width, name.size());
+    }
+    out += "\ndaemon\n";
+    for (const auto& [name, value] : daemon.items()) {
+        out += fmt::format("  {:<{}}  {}\n", name, name_width, value.dump());
+    }
+
+    // Rows first, to size the columns.
+    std::vector<std::array<std::string, k_columns.size() + 2>> rows;
+    for (const auto& [ns, tiers] : stats.at("namespaces").items()) {
+        for (const auto& [tier_name, tier] : tiers.items()) {
+            std::array<std::string, k_columns.size() + 2> row;
+            row[0] = ns;
+            row[1] = tier_name;
+            bool active = false;
+            for (std::size_t i = 0; i < k_columns.size(); ++i) {
+                const auto value = counter(tier, k_columns[i].field);
+                active = active || value != 0;
+                row[i + 2] = k_columns[i].bytes ? human_bytes(value) : fmt::format("{}", value);
+            }
+            if (active) {
+                rows.push_back(std::move(row));
+            }
+        }
+    }
+    out += "\n";
+    if (rows.empty()) {
+        out += "no cache activity yet\n";
+        return out;
+    }
+    std::array<std::size_t, k_columns.size() + 2> width{};
+    width[0] = std::string_view("NAMESPACE").size();
+    width[1] = std::string_view("TIER").size();
+    for (std::size_t i = 0; i < k_columns.size(); ++i) {
+        width[i + 2] = k_columns[i].title.size();
+    }
+    for (const auto& row : rows) {
+        for (std::size_t i = 0; i < row.size(); ++i) {
+            width[i] = std::max(width[i], row[i].size());
+        }
+    }
+    auto line = [&](auto cell) {
+        std::string text = fmt::format("{:<{}}  {:<{}}", cell(0), width[0], cell(1), width[1]);
+        for (std::size_t i = 2; i < width.size(); ++i) {
+            text += fmt::format("  {:>{}}", cell(i), width[i]);
+        }
+        return text + "\n";
+    };
+    out += line([](std::size_t i) -> std::string_view {
+        return i == 0 ? "NAMESPACE" : i == 1 ? "TIER" : k_columns[i - 2].title;
+    });
+    for (const auto& row : rows) {
+        out += line([&row](std::size_t i) -> std::string_view { return row[i]; });
+    }
+    return out;
+}
+
+} // namespace pt2cache::client::cli

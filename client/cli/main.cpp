@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: MIT
+//
+// `pt2cache`: inspect and use the per-user pt2cached daemon from a shell.
+#include <cstdint>
+#include <string>
+
+#include "client/cli/commands.hpp"
+#include "proto/frame.hpp"
+#include "proto/messages.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#ifndef PT2CACHE_VERSION
+#define PT2CACHE_VERSION "unknown"
+#endif
+
+namespace pt2cache::client::cli {
+namespace {
+
+const CLI::Validator k_namespace(
+    [](const std::string& ns) {
+        return proto::valid_namespace(ns)
+                   ? std::string()
+                   : fmt::format("invalid namespace \"{}\": expected 1 to {} characters of "
+                                 "[a-z0-9-]",
+                                 ns, proto::k_max_namespace);
+    },
+    "NS");
+
+const CLI::Validator k_key(
+    [](const std::string& key) {
+        return !key.empty() && key.size() <= proto::k_max_key
+                   ? std::string()
+                   : fmt::format("key of {} bytes: keys are 1 to {} bytes", key.size(),
+                                 proto::k_max_key);
+    },
+    "KEY");
+
+void add_key_args(CLI::App& command, KeyArgs& args) {
+    command.add_option("NS", args.ns, "Namespace, e.g. fx-graph")->required()->check(k_namespace);
+    command.add_option("KEY", args.key, "Key (1 to 1024 bytes)")->required()->check(k_key);
+}
+
+int run(int argc, char** argv) {
+    CLI::App app("Use and inspect pt2cached, the per-user PyTorch compile-cache daemon.",
+                 "pt2cache");
+    app.set_version_flag("--version", fmt::format("pt2cache {} (native protocol version {})",
+                                                  PT2CACHE_VERSION, proto::k_version));
+    app.footer(k_exit_status_help);
+    app.require_subcommand(1);
+    app.fallthrough(); // global options may follow the subcommand
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return fmt::format("pt2cache: {} (see pt2cache --help)\n", e.what());
+    });
+
+    Globals globals;
+    app.add_option("--socket", globals.socket,
+                   "pt2cached's socket (default: as pt2cached would choose it)")
+        ->type_name("PATH");
+    app.add_option("--timeout", globals.timeout_ms,
+                   "Give up connecting, or waiting for an answer, after MS milliseconds")
+        ->type_name("MS")
+        ->check(CLI::Range(1u, 3'600'000u));
+    app.add_option("--config", globals.config,
+                   "pt2cached's configuration file (default: "
+                   "${XDG_CONFIG_HOME:-~/.config}/pt2cache/pt2cached.toml)")
+        ->type_name("PATH");
+
+    auto* ping = app.add_subcommand("ping", "Print the round-trip time of one request, in µs");
+
+    bool json = false;
+    auto* stats = app.add_subcommand("stats", "Show the daemon's counters per namespace and tier");
+    stats->add_flag("--json", json, "Print the raw JSON reply");
+
+    KeyArgs get_args;
+    std::string output;
+    auto* get = app.add_subcommand("get", "Write an entry's value to stdout or a file");
+    add_key_args(*get, get_args);
+    get->add_option("-o,--output", output, "Write the value to FILE instead of stdout")
+        ->type_name("FILE");
+
+    KeyArgs put_args;
+    std::string input = "-";
+    std::uint64_t ttl_s = 0;
+    bool nx = false;
+    auto* put = app.add_subcommand("put", "Store the contents of FILE, or stdin, under a key");
+    add_key_args(*put, put_args);
+    put->add_option("FILE", input, "Input file; - or absent: stdin");
+    put->add_option("--ttl", ttl_s, "Expire the entry after SECONDS (0: never)")
+        ->type_name("SECONDS")
+        ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
+    put->add_flag("--nx", nx, "Only store if no live entry exists (exit 1 otherwise)");
+
+    KeyArgs rm_args;
+    auto* rm = app.add_subcommand("rm", "Remove an entry");
+    add_key_args(*rm, rm_args);
+
+    std::string ls_ns;
+    bool long_format = false;
+    std::uint64_t limit = 0;
+    auto* ls = app.add_subcommand("ls", "List the keys of a namespace on disk");
+    ls->add_option("NS", ls_ns, "Namespace")->required()->check(k_namespace);
+    ls->add_flag("-l,--long", long_format, "Also show each entry's size in bytes and mtime");
+    ls->add_option("--limit", limit, "Show at most N entries (0: all)")->type_name("N");
+
+    std::string clear_ns;
+    bool yes = false;
+    auto* clear = app.add_subcommand("clear", "Remove every entry of a namespace");
+    clear->add_option("NS", clear_ns, "Namespace")->required()->check(k_namespace);
+    clear->add_flag("--yes", yes, "Confirm; required");
+
+    auto* config = app.add_subcommand(
+        "config", "Print the effective configuration as pt2cached would load it");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help and --version are "errors" that exit 0; every real one exits 2.
+        return app.exit(e) == 0 ? exit_status::ok : exit_status::usage;
+    }
+
+    if (*ping) {
+        return run_ping(globals);
+    }
+    if (*stats) {
+        return run_stats(globals, json);
+    }
+    if (*get) {
+        return run_get(globals, get_args, output);
+    }
+    if (*put) {
+        return run_put(globals, put_args, input, ttl_s, nx);
+    }
+    if (*rm) {
+        return run_rm(globals, rm_args);
+    }
+    if (*ls) {
+        return run_ls(globals, ls_ns, long_format, limit);
+    }
+    if (*clear) {
+        return run_clear(globals, clear_ns, yes);
+    }
+    if (*config) {
+        return run_config(globals);
+    }
+    return exit_status::usage;
+}
+
+} // namespace
+} // namespace pt2cache::client::cli
+
+int main(int argc, char** argv) {
+    try {
+        return pt2cache::client::cli::run(argc, argv);
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "pt2cache: {}\n", e.what());
+        return pt2cache::client::cli::exit_status::server;
+    }
+}

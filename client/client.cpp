@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: MIT
+#include "client/client.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <unistd.h>
+#include <utility>
+
+#include "client/socket.hpp"
+#include "config/config.hpp"
+#include "proto/bytes.hpp"
+#include "proto/frame.hpp"
+#include "proto/messages.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#define PT2CACHE_SAME_STATUS(name)                                                                 \
+    static_assert(static_cast<int>(Status::name) == static_cast<int>(proto::Status::name))
+PT2CACHE_SAME_STATUS(ok);
+PT2CACHE_SAME_STATUS(miss);
+PT2CACHE_SAME_STATUS(not_stored);
+PT2CACHE_SAME_STATUS(malformed);
+PT2CACHE_SAME_STATUS(version_mismatch);
+PT2CACHE_SAME_STATUS(unknown_op);
+PT2CACHE_SAME_STATUS(key_too_long);
+PT2CACHE_SAME_STATUS(value_too_large);
+PT2CACHE_SAME_STATUS(bad_namespace);
+PT2CACHE_SAME_STATUS(handshake_required);
+PT2CACHE_SAME_STATUS(storage_error);
+PT2CACHE_SAME_STATUS(unknown_token);
+PT2CACHE_SAME_STATUS(internal);
+#undef PT2CACHE_SAME_STATUS
+
+constexpr std::size_t k_read_buffer = 64u << 10;
+// Reads at least this large go straight into their destination.
+constexpr std::size_t k_direct_read = 16u << 10;
+// Error bodies are one str16.
+constexpr std::uint64_t k_max_error_body = 2 + std::numeric_limits<std::uint16_t>::max();
+constexpr std::uint64_t k_max_hello_body = 2 + 4 + 8 + 2 + 1 + 255;
+constexpr std::uint64_t k_max_stats_body = 64u << 20;
+// get_many keeps at most this many request bytes unanswered, well under a
+// socket buffer, so that neither side can block writing while the other does.
+constexpr std::size_t k_pipeline_window = 64u << 10;
+
+tl::unexpected<Error> make_error(ErrorKind kind, std::string message,
+                                 Status status = Status::internal) {
+    return tl::unexpected(Error{kind, status, std::move(message)});
+}
+
+Error from_socket(socket::SocketError error) {
+    const auto kind =
+        error.failure == socket::Failure::timeout ? ErrorKind::timeout : ErrorKind::unreachable;
+    return Error{kind, Status::internal, std::move(error.message)};
+}
+
+tl::unexpected<Error> invalid(Status status, std::string message) {
+    return make_error(ErrorKind::server, std::move(message), status);
+}
+
+} // namespace
+
+std::string_view status_name(Status status) {
+    return proto::status_name(static_cast<proto::Status>(status));
+}
+
+std::string_view kind_name(ErrorKind kind) {
+    switch (kind) {
+    case ErrorKind::unreachable:
+        return "unreachable";
+    case ErrorKind::timeout:
+        return "timeout";
+    case ErrorKind::protocol:
+        return "protocol";
+    case ErrorKind::server:
+        return "server";
+    }
+    return "unknown";
+}
+
+Client::Client(Options options)
+    : m_options(std::move(options)) {
+    if (m_options.socket_path.empty()) {
+        m_options.socket_path = config::default_socket_path(config::process_environment());
+    }
+}
+
+Client::~Client() {
+    drop();
+}
+
+Client::Client(Client&& other) noexcept
+    : m_options(std::move(other.m_options))
+    , m_fd(std::exchange(other.m_fd, -1))
+    , m_pid(other.m_pid)
+    , m_next_id(other.m_next_id)
+    , m_out(std::move(other.m_out))
+    , m_retry_at(other.m_retry_at)
+    , m_last_failure(std::move(other.m_last_failure))
+    , m_max_value(other.m_max_value)
+    , m_capabilities(other.m_capabilities)
+    , m_server_name(std::move(other.m_server_name))
+    , m_in(std::move(other.m_in))
+    , m_in_pos(std::exchange(other.m_in_pos, 0))
+    , m_in_end(std::exchange(other.m_in_end, 0)) {}
+
+Client& Client::operator=(Client&& other) noexcept {
+    if (this != &other) {
+        drop();
+        m_options = std::move(other.m_options);
+        m_fd = std::exchange(other.m_fd, -1);
+        m_pid = other.m_pid;
+        m_next_id = other.m_next_id;
+        m_out = std::move(other.m_out);
+        m_retry_at = other.m_retry_at;
+        m_last_failure = std::move(other.m_last_failure);
+        m_max_value = other.m_max_value;
+        m_capabilities = other.m_capabilities;
+        m_server_name = std::move(other.m_server_name);
+        m_in = std::move(other.m_in);
+        m_in_pos = std::exchange(other.m_in_pos, 0);
+        m_in_end = std::exchange(other.m_in_end, 0);
+    }
+    return *this;
+}
+
+const std::string& Client::socket_path() const {
+    return m_options.socket_path;
+}
+
+// ---- connection ----
+
+void Client::drop() {
+    if (m_fd >= 0) {
+        ::close(m_fd);
+        m_fd = -1;
+    }
+    m_in_pos = m_in_end = 0;
+}
+
+Error Client::fail(Error error) {
+    drop();
+    m_retry_at = Clock::now() + m_options.retry_after;
+    m_last_failure = error.message;
+    return error;
+}
+
+tl::expected<void, Error> Client::connect() {
+    return ensure_connected();
+}
+
+tl::expected<void, Error> Client::ensure_connected() {
+    if (m_fd >= 0 && m_pid != ::getpid()) {
+        // We are a fork()ed child: the connection, and its place in the reply
+        // stream, belong to the parent. Closing our copy leaves it alone.
+        drop();
+    }
+    if (m_fd >= 0) {
+        return {};
+    }
+    const auto now = Clock::now();
+    if (now < m_retry_at) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(m_retry_at - now);
+        return make_error(ErrorKind::unreachable,
+                          fmt::format("pt2cached unavailable, not retrying for {} ms ({})",
+                                      left.count(), m_last_failure));
+    }
+    const auto deadline = now + m_options.connect_timeout;
+    auto fd = socket::connect_unix(m_options.socket_path, deadline);
+    if (!fd) {
+        return tl::unexpected(fail(from_socket(std::move(fd.error()))));
+    }
+    m_fd = *fd;
+    m_pid = ::getpid();
+    m_in.resize(k_read_buffer);
+    m_in_pos = m_in_end = 0;
+    if (auto ok = handshake(deadline); !ok) {
+        return tl::unexpected(fail(std::move(ok.error())));
+    }
+    return {};
+}
+
+tl::expected<void, Error> Client::handshake(Clock::time_point deadline) {
+    // Not in m_out: a request may already be encoded there.
+    Bytes frame;
+    const std::uint32_t id = m_next_id++;
+    proto::encode_hello(
+        frame, id,
+        proto::HelloRequest{proto::k_version, proto::capability::ttl, m_options.client_name});
+    if (auto ok = send(frame, {}, deadline); !ok) {
+        return ok;
+    }
+    auto reply = read_reply(proto::Op::hello, id, k_max_hello_body, deadline);
+    if (!reply) {
+        if (reply.error().status == Status::version_mismatch) {
+            reply.error().kind = ErrorKind::protocol;
+        }
+        return tl::unexpected(std::move(reply.error()));
+    }
+    // The version comes first in every version's hello_response: check it
+    // before the rest, which another version may lay out differently.
+    proto::ByteReader version_reader(reply->body);
+    const auto version = version_reader.integer<std::uint16_t>();
+    if (version_reader.ok() && version != proto::k_version) {
+        return make_error(ErrorKind::protocol,
+                          fmt::format("client speaks protocol version {}, pt2cached at {} speaks "
+                                      "version {}",
+                                      proto::k_version, m_options.socket_path, version),
+                          Status::version_mismatch);
+    }
+    auto hello = proto::parse_hello_response(reply->body);
+    if (!hello) {
+        return make_error(ErrorKind::protocol, "pt2cached sent a malformed HELLO response");
+    }
+    m_max_value = hello->max_value;
+    m_capabilities = hello->capabilities;
+    m_server_name = std::string(hello->server_name);
+    return {};
+}
+
+// ---- frames ----
+
+tl::expected<void, Error> Client::send(std::span<const std::byte> head,
+                                       std::span<const std::byte> tail,
+                                       Clock::time_point deadline) {
+    if (auto ok = socket::send_all(m_fd, head, tail, deadline); !ok) {
+        return tl::unexpected(fail(from_socket(std::move(ok.error()))));
+    }
+    return {};
+}
+
+tl::expected<void, Error> Client::receive(std::span<std::byte> out, Clock::time_point deadline) {
+    std::size_t done = std::min(out.size(), m_in_end - m_in_pos);
+    std::memcpy(out.data(), m_in.data() + m_in_pos, done);
+    m_in_pos += done;
+    while (done < out.size()) {
+        const bool direct = out.size() - done >= k_direct_read;
+        auto got = direct ? socket::receive_some(m_fd, out.subspan(done), deadline)
+                          : socket::receive_some(m_fd, m_in, deadline);
+        if (!got) {
+            return tl::unexpected(fail(from_socket(std::move(got.error()))));
+        }
+        if (direct) {
+            done += *got;
+            continue;
+        }
+        const std::size_t take = std::min(*got, out.size() - done);
+        std::memcpy(out.data() + done, m_in.data(), take);
+        done += take;
+        m_in_pos = take;
+        m_in_end = *got;
+    }
+    return {};
+}
+
+tl::expected<Client::Reply, Error> Client::read_reply(proto::Op op, std::uint32_t id,
+                                                      std::uint64_t max_body,
+                                                      Clock::time_point deadline) {
+    std::array<std::byte, proto::k_header_size> head;
+    if (auto ok = receive(head, deadline); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    auto header = proto::decode_response_header(head);
+    if (!header) {
+        return tl::unexpected(
+            fail(Error{ErrorKind::protocol, Status::internal,
+                       fmt::format("bad reply from pt2cached: {}", header.error().message)}));
+    }
+    const auto status = static_cast<Status>(header->flags);
+    const bool is_error = proto::is_error(header->status());
+    // A frame with bad magic is answered under op 0 and id 0.
+    const bool anonymous = is_error && static_cast<int>(header->op) == 0 && header->id == 0;
+    if (!anonymous && (header->id != id || header->op != op)) {
+        return tl::unexpected(fail(
+            Error{ErrorKind::protocol, Status::internal,
+                  fmt::format("reply {} #{} from pt2cached does not match request {} #{}",
+                              proto::op_name(header->op), header->id, proto::op_name(op), id)}));
+    }
+    if (!is_error && header->flags > static_cast<std::uint8_t>(Status::not_stored)) {
+        return tl::unexpected(
+            fail(Error{ErrorKind::protocol, Status::internal,
+                       fmt::format("unknown status 0x{:02x} from pt2cached", header->flags)}));
+    }
+    const std::uint64_t limit = is_error ? k_max_error_body : max_body;
+    if (header->length > limit) {
+        return tl::unexpected(
+            fail(Error{ErrorKind::protocol, Status::internal,
+                       fmt::format("{} reply of {} bytes from pt2cached exceeds the limit of {}",
+                                   proto::op_name(op), header->length, limit)}));
+    }
+    Reply reply{status, Bytes(header->length)};
+    if (auto ok = receive(reply.body, deadline); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (is_error) {
+        if (proto::closes_connection(header->status())) {
+            drop(); // the daemon closes it too; reconnect on the next call
+        }
+        return make_error(ErrorKind::server,
+                          fmt::format("pt2cached: {}: {}", status_name(status),
+                                      proto::parse_error_message(reply.body)),
+                          status);
+    }
+    return reply;
+}
+
+std::uint32_t Client::begin_request() {
+    m_out.clear();
+    return m_next_id++;
+}
+
+tl::expected<Client::Reply, Error> Client::round_trip(proto::Op op, std::uint32_t id,
+                                                      std::span<const std::byte> tail,
+                                                      std::uint64_t max_body) {
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (max_body == k_up_to_max_value) {
+        max_body = m_max_value;
+    }
+    const auto deadline = Clock::now() + m_options.io_timeout;
+    if (auto ok = send(m_out, tail, deadline); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    return read_reply(op, id, max_body, deadline);
+}
+
+// ---- operations ----
+
+namespace {
+
+Error unexpected_status(proto::Op op, Status status) {
+    return Error{
+        ErrorKind::protocol, Status::internal,
+        fmt::format("pt2cached answered {} to {}", status_name(status), proto::op_name(op))};
+}
+
+tl::expected<void, Error> check_namespace(std::string_view ns) {
+    if (!proto::valid_namespace(ns)) {
+        return invalid(Status::bad_namespace,
+                       fmt::format("invalid namespace \"{}\": expected 1 to {} characters of "
+                                   "[a-z0-9-]",
+                                   ns.substr(0, 40), proto::k_max_namespace));
+    }
+    return {};
+}
+
+} // namespace
+
+tl::expected<void, Error> Client::check_key(std::string_view ns, std::string_view key) const {
+    if (auto ok = check_namespace(ns); !ok) {
+        return ok;
+    }
+    if (key.empty() || key.size() > proto::k_max_key) {
+        return invalid(Status::key_too_long, fmt::format("key of {} bytes: keys are 1 to {} bytes",
+                                                         key.size(), proto::k_max_key));
+    }
+    return {};
+}
+
+tl::expected<std::optional<Bytes>, Error> Client::get(std::string_view ns, std::string_view key) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_get(m_out, id, proto::GetRequest{{ns, key}, std::nullopt});
+    auto reply = round_trip(proto::Op::get, id, {}, k_up_to_max_value);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    switch (reply->status) {
+    case Status::ok:
+        return std::optional<Bytes>(std::move(reply->body));
+    case Status::miss:
+        return std::optional<Bytes>();
+    default:
+        return tl::unexpected(fail(unexpected_status(proto::Op::get, reply->status)));
+    }
+}
+
+tl::expected<std::vector<std::optional<Bytes>>, Error>
+Client::get_many(std::string_view ns, std::span<const std::string> keys) {
+    for (const auto& key : keys) {
+        if (auto ok = check_key(ns, key); !ok) {
+            return tl::unexpected(std::move(ok.error()));
+        }
+    }
+    if (keys.empty()) {
+        return std::vector<std::optional<Bytes>>();
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    // Encode every request up front; frame i ends at ends[i] in m_out.
+    m_out.clear();
+    const std::uint32_t first_id = m_next_id;
+    m_next_id += static_cast<std::uint32_t>(keys.size());
+    std::vector<std::size_t> ends;
+    ends.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        proto::encode_get(m_out, first_id + static_cast<std::uint32_t>(i),
+                          proto::GetRequest{{ns, keys[i]}, std::nullopt});
+        ends.push_back(m_out.size());
+    }
+    // A sliding window: send requests while fewer than k_pipeline_window
+    // bytes are unanswered, then read one reply; io_timeout bounds each step.
+    std::vector<std::optional<Bytes>> values(keys.size());
+    std::size_t sent = 0;     // frames sent
+    std::size_t answered = 0; // replies read
+    while (answered < keys.size()) {
+        const auto deadline = Clock::now() + m_options.io_timeout;
+        const std::size_t unanswered_from = answered == 0 ? 0 : ends[answered - 1];
+        std::size_t upto = sent;
+        while (upto < keys.size() &&
+               (upto == answered || ends[upto] - unanswered_from <= k_pipeline_window)) {
+            ++upto;
+        }
+        if (upto > sent) {
+            const std::size_t from = sent == 0 ? 0 : ends[sent - 1];
+            if (auto ok = send(std::span(m_out).subspan(from, ends[upto - 1] - from), {}, deadline);
+                !ok) {
+                return tl::unexpected(std::move(ok.error()));
+            }
+            sent = upto;
+        }
+        const auto id = first_id + static_cast<std::uint32_t>(answered);
+        auto reply = read_reply(proto::Op::get, id, m_max_value, deadline);
+        if (!reply) {
+            // Replies still in flight would be taken for later requests' answers.
+            if (sent > answered + 1) {
+                drop();
+            }
+            return tl::unexpected(std::move(reply.error()));
+        }
+        if (reply->status == Status::ok) {
+            values[answered] = std::move(reply->body);
+        } else if (reply->status != Status::miss) {
+            return tl::unexpected(fail(unexpected_status(proto::Op::get, reply->status)));
+        }
+        ++answered;
+    }
+    return values;
+}
+
+tl::expected<bool, Error> Client::put(std::string_view ns, std::string_view key,
+                                      std::span<const std::byte> value, PutOptions options) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    // The frame's length field is a u32, whatever max_value says.
+    const std::uint64_t max_value = std::min<std::uint64_t>(
+        m_max_value, std::numeric_limits<std::uint32_t>::max() - proto::k_put_overhead);
+    if (value.size() > max_value) {
+        return invalid(Status::value_too_large,
+                       fmt::format("value of {} bytes exceeds pt2cached's max_value {}",
+                                   value.size(), max_value));
+    }
+    proto::PutRequest request;
+    request.target = {ns, key};
+    request.ttl_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(options.ttl.count(), 0));
+    request.only_if_absent = options.only_if_absent;
+    request.value = value;
+    const auto id = begin_request();
+    proto::encode_put_head(m_out, id, request);
+    auto reply = round_trip(proto::Op::put, id, value);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status == Status::ok || reply->status == Status::not_stored) {
+        return reply->status == Status::ok;
+    }
+    return tl::unexpected(fail(unexpected_status(proto::Op::put, reply->status)));
+}
+
+tl::expected<bool, Error> Client::key_op(proto::Op op, std::string_view ns, std::string_view key) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_key_op(m_out, op, id, {ns, key});
+    auto reply = round_trip(op, id);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status == Status::ok || reply->status == Status::miss) {
+        return reply->status == Status::ok;
+    }
+    return tl::unexpected(fail(unexpected_status(op, reply->status)));
+}
+
+tl::expected<bool, Error> Client::exists(std::string_view ns, std::string_view key) {
+    return key_op(proto::Op::exists, ns, key);
+}
+
+tl::expected<bool, Error> Client::remove(std::string_view ns, std::string_view key) {
+    return key_op(proto::Op::del, ns, key);
+}
+
+tl::expected<std::string, Error> Client::stats_json() {
+    const auto id = begin_request();
+    proto::encode_stats(m_out, id);
+    auto reply = round_trip(proto::Op::stats, id, {}, k_max_stats_body);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::stats, reply->status)));
+    }
+    return std::string(proto::as_text(reply->body));
+}
+
+tl::expected<ListPage, Error> Client::list(std::string_view ns, std::string_view cursor,
+                                           std::uint32_t limit) {
+    if (auto ok = check_namespace(ns); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (cursor.size() > std::numeric_limits<std::uint16_t>::max()) {
+        return invalid(Status::malformed, "LIST cursor longer than 65535 bytes");
+    }
+    const auto id = begin_request();
+    proto::encode_list(m_out, id, proto::ListRequest{ns, cursor, limit});
+    const std::uint64_t entries = std::clamp<std::uint32_t>(limit, 1, proto::k_max_list_limit);
+    const std::uint64_t max_body = 2 + 65535 + 4 + entries * (2 + proto::k_max_key + 8 + 8);
+    auto reply = round_trip(proto::Op::list, id, {}, max_body);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::list, reply->status)));
+    }
+    auto parsed = proto::parse_list_response(reply->body);
+    if (!parsed) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed LIST response"}));
+    }
+    ListPage page;
+    page.next_cursor = std::string(parsed->next_cursor);
+    page.entries.reserve(parsed->entries.size());
+    for (const auto& entry : parsed->entries) {
+        page.entries.push_back(ListEntry{std::string(entry.key), entry.size, entry.mtime_ms});
+    }
+    return page;
+}
+
+tl::expected<std::uint64_t, Error> Client::clear(std::string_view ns) {
+    if (auto ok = check_namespace(ns); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_clear(m_out, id, ns);
+    auto reply = round_trip(proto::Op::clear, id, {}, 8);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::clear, reply->status)));
+    }
+    auto count = proto::parse_count_response(reply->body);
+    if (!count) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed CLEAR response"}));
+    }
+    return *count;
+}
+
+tl::expected<std::chrono::microseconds, Error> Client::ping() {
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    std::array<std::byte, sizeof id> payload;
+    std::memcpy(payload.data(), &id, sizeof id);
+    proto::encode_ping(m_out, id, payload);
+    const auto start = Clock::now();
+    auto reply = round_trip(proto::Op::ping, id, {}, payload.size());
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    const auto elapsed = Clock::now() - start;
+    if (reply->status != Status::ok || !std::ranges::equal(reply->body, payload)) {
+        return tl::unexpected(
+            fail(Error{ErrorKind::protocol, Status::internal, "pt2cached did not echo the PING"}));
+    }
+    return std::chrono::duration_cast<std::chrono::microseconds>(elapsed);
+}
+
+} // namespace pt2cache::client
