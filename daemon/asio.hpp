@@ -1,0 +1,32 @@
+// The one place that includes Boost.Asio. Boost 1.74's awaitable.hpp needs
+// <utility> first with GCC 12, and only this subset of the coroutine API
+// exists there: awaitable, co_spawn, detached, use_awaitable, redirect_error,
+// this_coro::executor, steady_timer.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+namespace pt2cache::daemon {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using UnixSocket = asio::local::stream_protocol::socket;
+using UnixAcceptor = asio::local::stream_protocol::acceptor;
+
+} // namespace pt2cache::daemon

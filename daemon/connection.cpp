@@ -1,0 +1,98 @@
+#include "daemon/connection.hpp"
+
+#include <cstring>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/log.hpp"
+#include "daemon/native_session.hpp"
+#include "daemon/resp_session.hpp"
+#include "proto/frame.hpp"
+
+namespace pt2cache::daemon {
+
+Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
+    : m_socket(std::move(socket))
+    , m_context(context)
+    , m_id(id) {}
+
+bool Connection::peer_allowed() {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(m_socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        logger("session").warn("[{}] SO_PEERCRED failed: {}", m_id, std::strerror(errno));
+        return false;
+    }
+    if (cred.uid != ::geteuid()) {
+        logger("session").warn("[{}] refused a connection from uid {} (pid {}): pt2cached "
+                               "serves only uid {}",
+                               m_id, cred.uid, cred.pid, ::geteuid());
+        return false;
+    }
+    return true;
+}
+
+awaitable<void> Connection::run() {
+    auto& counters = m_context.stats.daemon();
+    if (!peer_allowed()) {
+        counters.peers_refused++;
+        co_return;
+    }
+    counters.connections_accepted++;
+    counters.connections_active++;
+    try {
+        if (co_await read_more(0)) {
+            const auto first = m_input.readable().front();
+            if (first == proto::k_magic0) {
+                co_await serve_native(*this);
+            } else {
+                co_await serve_resp(*this);
+            }
+        }
+    } catch (const std::exception& e) {
+        logger("session").error("[{}] connection failed: {}", m_id, e.what());
+    }
+    counters.connections_active--;
+    m_context.touch();
+    boost::system::error_code ignored;
+    m_socket.shutdown(UnixSocket::shutdown_both, ignored);
+    m_socket.close(ignored);
+}
+
+void Connection::shutdown_read() {
+    // Called from another thread: SHUT_RD on the descriptor is thread-safe
+    // and makes a pending read complete with end-of-file.
+    ::shutdown(m_socket.native_handle(), SHUT_RD);
+}
+
+awaitable<bool> Connection::read_more(std::size_t hint) {
+    boost::system::error_code ec;
+    auto space = m_input.prepare(std::max<std::size_t>(hint, 4096));
+    const auto n =
+        co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+    if (ec || n == 0) {
+        co_return false;
+    }
+    m_input.commit(n);
+    m_context.touch();
+    co_return true;
+}
+
+awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
+    boost::system::error_code ec;
+    co_await asio::async_read(m_socket, asio::buffer(out.data(), out.size()),
+                              asio::redirect_error(use_awaitable, ec));
+    co_return !ec;
+}
+
+awaitable<bool> Connection::flush(OutputBatch& batch) {
+    if (batch.empty()) {
+        co_return true;
+    }
+    boost::system::error_code ec;
+    co_await asio::async_write(m_socket, batch.buffers(), asio::redirect_error(use_awaitable, ec));
+    batch.clear();
+    co_return !ec;
+}
+
+} // namespace pt2cache::daemon

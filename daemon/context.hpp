@@ -1,0 +1,51 @@
+// What every connection shares: configuration, counters, the store, the
+// worker pool for blocking work, and the daemon's lifecycle flags.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "config/config.hpp"
+#include "daemon/asio.hpp"
+#include "daemon/store/stats.hpp"
+#include "daemon/store/store.hpp"
+#include "proto/frame.hpp"
+
+namespace pt2cache::daemon {
+
+class Connection;
+
+struct Context {
+    config::Config config;
+    store::Stats stats;
+    std::unique_ptr<store::Store> store;
+    asio::thread_pool* blocking = nullptr;
+
+    // Read by sessions for each frame; changed by SIGHUP.
+    std::atomic<std::uint64_t> max_value{proto::k_default_max_value};
+    std::atomic<bool> stopping{false};
+    std::atomic<std::int64_t> last_activity_ms{0};
+
+    proto::Limits limits() const { return proto::Limits{max_value.load()}; }
+    void touch();
+};
+
+// Live connections, so that shutdown can stop their reads.
+class ConnectionRegistry {
+public:
+    void add(const std::shared_ptr<Connection>& connection);
+    void remove(const Connection* connection);
+    // Stops reading on every connection: requests already received finish.
+    void shutdown_reads();
+    std::size_t size() const;
+
+private:
+    mutable std::mutex m_mutex;
+    std::map<const Connection*, std::weak_ptr<Connection>> m_connections;
+};
+
+} // namespace pt2cache::daemon

@@ -1,0 +1,101 @@
+// A connection's input buffer and its batched output: requests are parsed in
+// place from `InputBuffer`, and every reply of one batch goes out in one
+// gathered write from `OutputBatch` (large values are referenced, not copied).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "daemon/asio.hpp"
+#include "daemon/store/blob.hpp"
+
+namespace pt2cache::daemon {
+
+class InputBuffer {
+public:
+    explicit InputBuffer(std::size_t initial = 16 * 1024)
+        : m_bytes(initial) {}
+
+    std::span<const std::byte> readable() const {
+        return std::span(m_bytes).subspan(m_begin, m_end - m_begin);
+    }
+    std::size_t size() const { return m_end - m_begin; }
+    void consume(std::size_t count) {
+        m_begin += count;
+        if (m_begin == m_end) {
+            m_begin = m_end = 0;
+        }
+    }
+
+    // Room for at least `count` more bytes at the end, compacting or growing.
+    asio::mutable_buffer prepare(std::size_t count) {
+        if (m_bytes.size() - m_end < count) {
+            if (m_begin > 0) {
+                std::memmove(m_bytes.data(), m_bytes.data() + m_begin, m_end - m_begin);
+                m_end -= m_begin;
+                m_begin = 0;
+            }
+            if (m_bytes.size() - m_end < count) {
+                m_bytes.resize(m_end + count);
+            }
+        }
+        return asio::buffer(m_bytes.data() + m_end, m_bytes.size() - m_end);
+    }
+    void commit(std::size_t count) { m_end += count; }
+
+private:
+    std::vector<std::byte> m_bytes;
+    std::size_t m_begin = 0;
+    std::size_t m_end = 0;
+};
+
+class OutputBatch {
+public:
+    // Small reply bytes are appended here directly.
+    std::vector<std::byte>& bytes() { return m_bytes; }
+
+    // A value sent by reference after the bytes appended so far.
+    void append_blob(store::Blob blob) {
+        if (blob.empty()) {
+            return;
+        }
+        m_blobs.push_back(Segment{m_bytes.size(), std::move(blob)});
+    }
+
+    bool empty() const { return m_bytes.empty() && m_blobs.empty(); }
+
+    void clear() {
+        m_bytes.clear();
+        m_blobs.clear();
+    }
+
+    // The gathered buffers for one write; valid until the next change.
+    std::vector<asio::const_buffer> buffers() const {
+        std::vector<asio::const_buffer> out;
+        out.reserve(m_blobs.size() * 2 + 1);
+        std::size_t at = 0;
+        for (const auto& segment : m_blobs) {
+            if (segment.offset > at) {
+                out.emplace_back(m_bytes.data() + at, segment.offset - at);
+            }
+            out.emplace_back(segment.blob.bytes().data(), segment.blob.size());
+            at = segment.offset;
+        }
+        if (m_bytes.size() > at) {
+            out.emplace_back(m_bytes.data() + at, m_bytes.size() - at);
+        }
+        return out;
+    }
+
+private:
+    struct Segment {
+        std::size_t offset; // position in m_bytes where the blob goes
+        store::Blob blob;
+    };
+    std::vector<std::byte> m_bytes;
+    std::vector<Segment> m_blobs;
+};
+
+} // namespace pt2cache::daemon

@@ -1,0 +1,317 @@
+#include "daemon/native_session.hpp"
+
+#include <cstring>
+
+#include "daemon/connection.hpp"
+#include "daemon/log.hpp"
+#include "daemon/offload.hpp"
+#include "daemon/stats_report.hpp"
+#include "proto/bytes.hpp"
+#include "proto/messages.hpp"
+
+namespace pt2cache::daemon {
+
+namespace {
+
+using proto::Op;
+using proto::Status;
+
+// Frames up to this size are parsed in the input buffer; larger ones (big
+// PUTs) are read straight into a buffer of their own that the store keeps.
+constexpr std::size_t k_inline_frame = 64 * 1024;
+
+constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
+
+class NativeSession {
+public:
+    explicit NativeSession(Connection& connection)
+        : m_connection(connection)
+        , m_context(connection.context()) {}
+
+    awaitable<void> run();
+
+private:
+    using Owner = std::shared_ptr<const std::vector<std::byte>>;
+
+    // Handles one request; false when the connection must close afterwards.
+    awaitable<bool> handle(const proto::Header& header, std::span<const std::byte> body,
+                           const Owner& owner);
+    awaitable<bool> handle_get(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_put(const proto::Header& header, std::span<const std::byte> body,
+                               const Owner& owner);
+    awaitable<bool> handle_key_op(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_list(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_clear(const proto::Header& header, std::span<const std::byte> body);
+    bool handle_hello(const proto::Header& header, std::span<const std::byte> body);
+
+    // Answers with an error; returns whether the connection stays open.
+    bool fail(const proto::Header& header, const proto::Error& error);
+    void reply(const proto::Header& header, Status status, std::span<const std::byte> body = {});
+
+    store::Store& store() { return *m_context.store; }
+    asio::thread_pool& pool() { return *m_context.blocking; }
+
+    Connection& m_connection;
+    Context& m_context;
+    OutputBatch m_out;
+    bool m_greeted = false;
+};
+
+awaitable<void> NativeSession::run() {
+    auto& input = m_connection.input();
+    std::size_t want = 0;
+    for (;;) {
+        while (input.size() > 0) {
+            const auto view = input.readable();
+            const auto limits = m_context.limits();
+            auto result = proto::decode_request(view, limits);
+
+            if (auto* error = std::get_if<proto::Error>(&result)) {
+                proto::Header header;
+                if (view.size() >= proto::k_header_size && view[0] == proto::k_magic0) {
+                    header.op = static_cast<Op>(view[2]);
+                    std::memcpy(&header.id, view.data() + 4, sizeof header.id);
+                }
+                fail(header, *error);
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+            if (auto* need = std::get_if<proto::NeedMore>(&result)) {
+                want = need->bytes;
+                if (view.size() < proto::k_header_size) {
+                    break;
+                }
+                // The header is valid (decode checked it); only its body is missing.
+                const auto header =
+                    *proto::decode_request_header(view.first<proto::k_header_size>(), limits);
+                if (header.length <= k_inline_frame) {
+                    break;
+                }
+                // Allocated only now that the length passed the op's limit.
+                auto body = std::make_shared<std::vector<std::byte>>(header.length);
+                const std::size_t have = view.size() - proto::k_header_size;
+                std::memcpy(body->data(), view.data() + proto::k_header_size, have);
+                input.consume(view.size());
+                if (!co_await m_connection.flush(m_out) ||
+                    !co_await m_connection.read_exact(std::span(*body).subspan(have))) {
+                    logger("session").debug("[{}] peer left in the middle of a {} byte frame",
+                                            m_connection.id(), header.length);
+                    co_return;
+                }
+                const bool keep = co_await handle(header, *body, body);
+                if (!keep) {
+                    co_await m_connection.flush(m_out);
+                    co_return;
+                }
+                want = 0;
+                continue;
+            }
+            const auto& frame = std::get<proto::Frame>(result);
+            const bool keep = co_await handle(frame.header, frame.body, nullptr);
+            input.consume(frame.consumed);
+            want = 0;
+            if (!keep) {
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+        }
+        if (!co_await m_connection.flush(m_out) || m_context.stopping) {
+            co_return;
+        }
+        if (!co_await m_connection.read_more(want)) {
+            co_return;
+        }
+    }
+}
+
+bool NativeSession::fail(const proto::Header& header, const proto::Error& error) {
+    const bool closes = proto::closes_connection(error.status);
+    if (closes) {
+        m_context.stats.daemon().protocol_errors++;
+        logger("session").warn("[{}] {} (status {}), closing", m_connection.id(), error.message,
+                               proto::status_name(error.status));
+    }
+    proto::encode_error(m_out.bytes(), header.op, header.id, error);
+    return !closes;
+}
+
+void NativeSession::reply(const proto::Header& header, Status status,
+                          std::span<const std::byte> body) {
+    proto::encode_response(m_out.bytes(), header.op, header.id, status, body);
+}
+
+awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<const std::byte> body,
+                                      const Owner& owner) {
+    m_context.stats.daemon().requests++;
+    if (!m_greeted && header.op != Op::hello) {
+        co_return fail(header, {Status::handshake_required,
+                                fmt::format("the first request must be HELLO, not {}",
+                                            proto::op_name(header.op))});
+    }
+    switch (header.op) {
+    case Op::hello:
+        co_return handle_hello(header, body);
+    case Op::ping:
+        reply(header, Status::ok, body);
+        co_return true;
+    case Op::get:
+        co_return co_await handle_get(header, body);
+    case Op::put:
+        co_return co_await handle_put(header, body, owner);
+    case Op::exists:
+    case Op::del:
+        co_return co_await handle_key_op(header, body);
+    case Op::stats: {
+        const auto json = stats_report(m_context).dump();
+        reply(header, Status::ok, proto::as_bytes(json));
+        co_return true;
+    }
+    case Op::list:
+        co_return co_await handle_list(header, body);
+    case Op::clear:
+        co_return co_await handle_clear(header, body);
+    case Op::bundle_begin:
+    case Op::bundle_end:
+        break;
+    }
+    co_return fail(header,
+                   {Status::unknown_op, fmt::format("{} is not supported by {}",
+                                                    proto::op_name(header.op), k_server_name)});
+}
+
+bool NativeSession::handle_hello(const proto::Header& header, std::span<const std::byte> body) {
+    auto hello = proto::parse_hello(body);
+    if (!hello) {
+        return fail(header, hello.error());
+    }
+    if (hello->version != proto::k_version) {
+        return fail(header, {Status::version_mismatch,
+                             fmt::format("client speaks protocol version {}, pt2cached speaks "
+                                         "version {}",
+                                         hello->version, proto::k_version)});
+    }
+    m_greeted = true;
+    logger("session").debug("[{}] HELLO from {}", m_connection.id(), hello->client_name);
+    proto::HelloResponse response;
+    response.capabilities = hello->capabilities & proto::capability::ttl;
+    response.max_value = m_context.max_value.load();
+    response.server_name = k_server_name;
+    proto::encode_hello_response(m_out.bytes(), header.id, response);
+    return true;
+}
+
+awaitable<bool> NativeSession::handle_get(const proto::Header& header,
+                                          std::span<const std::byte> body) {
+    auto request = proto::parse_get(header, body);
+    if (!request) {
+        co_return fail(header, request.error());
+    }
+    if (request->bundle_token) {
+        co_return fail(header, {Status::unknown_token, "bundle tokens are not supported yet"});
+    }
+    const auto [ns, key] = request->target;
+    auto entry = store().get_memory(ns, key);
+    if (!entry) {
+        auto found = co_await offload(pool(), [&] { return store().get(ns, key); });
+        if (!found) {
+            co_return fail(header, {Status::storage_error, found.error().message});
+        }
+        entry = std::move(*found);
+    }
+    if (!entry) {
+        reply(header, Status::miss);
+        co_return true;
+    }
+    proto::encode_response_header(m_out.bytes(), header.op, header.id, Status::ok,
+                                  entry->value.size());
+    m_out.append_blob(std::move(entry->value));
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_put(const proto::Header& header,
+                                          std::span<const std::byte> body, const Owner& owner) {
+    auto request = proto::parse_put(header, body, m_context.limits());
+    if (!request) {
+        co_return fail(header, request.error());
+    }
+    if (request->bundle_token) {
+        co_return fail(header, {Status::unknown_token, "bundle tokens are not supported yet"});
+    }
+    store::Entry entry;
+    entry.value = owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
+    entry.created_ms = store::now_ms();
+    if (request->ttl_ms != 0) {
+        entry.expires_ms = entry.created_ms + static_cast<store::UnixMs>(request->ttl_ms);
+    }
+    const auto mode =
+        request->only_if_absent ? store::PutMode::only_if_absent : store::PutMode::overwrite;
+    const auto [ns, key] = request->target;
+    auto outcome = co_await offload(pool(), [&] { return store().put(ns, key, entry, mode); });
+    if (!outcome) {
+        co_return fail(header, {Status::storage_error, outcome.error().message});
+    }
+    reply(header, *outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_key_op(const proto::Header& header,
+                                             std::span<const std::byte> body) {
+    auto target = proto::parse_key(body);
+    if (!target) {
+        co_return fail(header, target.error());
+    }
+    const auto [ns, key] = *target;
+    const bool del = header.op == Op::del;
+    auto found = co_await offload(
+        pool(), [&] { return del ? store().remove(ns, key) : store().exists(ns, key); });
+    if (!found) {
+        co_return fail(header, {Status::storage_error, found.error().message});
+    }
+    reply(header, *found ? Status::ok : Status::miss);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_list(const proto::Header& header,
+                                           std::span<const std::byte> body) {
+    auto request = proto::parse_list(body);
+    if (!request) {
+        co_return fail(header, request.error());
+    }
+    auto page = co_await offload(
+        pool(), [&] { return store().list(request->ns, request->cursor, request->limit); });
+    if (!page) {
+        co_return fail(header, {Status::storage_error, page.error().message});
+    }
+    proto::ListResponse response;
+    response.next_cursor = page->next_cursor;
+    response.entries.reserve(page->entries.size());
+    for (const auto& entry : page->entries) {
+        response.entries.push_back(
+            {entry.key, entry.size, static_cast<std::uint64_t>(entry.mtime_ms)});
+    }
+    proto::encode_list_response(m_out.bytes(), header.id, response);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_clear(const proto::Header& header,
+                                            std::span<const std::byte> body) {
+    auto ns = proto::parse_clear(body);
+    if (!ns) {
+        co_return fail(header, ns.error());
+    }
+    auto removed = co_await offload(pool(), [&] { return store().clear(*ns); });
+    if (!removed) {
+        co_return fail(header, {Status::storage_error, removed.error().message});
+    }
+    proto::encode_count_response(m_out.bytes(), header.op, header.id, *removed);
+    co_return true;
+}
+
+} // namespace
+
+awaitable<void> serve_native(Connection& connection) {
+    NativeSession session(connection);
+    co_await session.run();
+}
+
+} // namespace pt2cache::daemon

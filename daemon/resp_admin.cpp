@@ -1,0 +1,268 @@
+// RESP connection and server commands: HELLO, AUTH, CLIENT, SELECT, INFO,
+// COMMAND, CONFIG, RESET.
+#include <algorithm>
+#include <array>
+#include <unistd.h>
+
+#include "daemon/connection.hpp"
+#include "daemon/resp_session.hpp"
+#include "daemon/stats_report.hpp"
+#include "proto/resp.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::daemon {
+
+namespace {
+
+using proto::resp::Writer;
+
+// What we tell clients we are: new enough that tools enable modern features.
+constexpr std::string_view k_redis_version = "7.0.0";
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::toupper(static_cast<unsigned char>(x)) ==
+                      std::toupper(static_cast<unsigned char>(y));
+           });
+}
+
+} // namespace
+
+bool RespSession::authenticated() const {
+    return m_authenticated || m_context.config.resp_password.empty();
+}
+
+void RespSession::reset() {
+    m_version = 2;
+    m_authenticated = false;
+    m_name.clear();
+}
+
+RespSession::Next RespSession::auth(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() != 2 && args.size() != 3) {
+        wrong_arity("auth");
+        return Next::keep;
+    }
+    const auto& password = m_context.config.resp_password;
+    if (password.empty()) {
+        reply.error("ERR AUTH <password> called without any password configured for the default "
+                    "user. Are you sure your configuration is correct?");
+        return Next::keep;
+    }
+    const bool user_ok = args.size() == 2 || args[1] == "default";
+    if (!user_ok || args.back() != password) {
+        m_context.stats.daemon().protocol_errors++;
+        reply.error("WRONGPASS invalid username-password pair or user is disabled.");
+        return Next::keep;
+    }
+    m_authenticated = true;
+    reply.simple("OK");
+    return Next::keep;
+}
+
+RespSession::Next RespSession::hello(Args args) {
+    int version = m_version;
+    std::size_t i = 1;
+    if (args.size() > 1) {
+        const auto requested = args[1];
+        if (requested != "2" && requested != "3") {
+            Writer(m_out.bytes(), m_version).error("NOPROTO unsupported protocol version");
+            return Next::keep;
+        }
+        version = requested == "3" ? 3 : 2;
+        i = 2;
+    }
+    std::string name = m_name;
+    for (; i < args.size(); ++i) {
+        if (iequals(args[i], "AUTH") && i + 2 < args.size()) {
+            const auto auth_args = std::array{std::string_view("AUTH"), args[i + 1], args[i + 2]};
+            const auto before = m_out.bytes().size();
+            auth(auth_args);
+            if (!m_authenticated) {
+                // The AUTH error (or "no password configured") is the reply.
+                return Next::keep;
+            }
+            m_out.bytes().resize(before); // drop AUTH's +OK: HELLO answers instead
+            i += 2;
+        } else if (iequals(args[i], "SETNAME") && i + 1 < args.size()) {
+            name = std::string(args[++i]);
+        } else {
+            Writer(m_out.bytes(), m_version)
+                .error(fmt::format("ERR Syntax error in HELLO option '{}'", args[i]));
+            return Next::keep;
+        }
+    }
+    if (!authenticated()) {
+        Writer(m_out.bytes(), m_version)
+            .error("NOAUTH HELLO must be called with the client already authenticated, otherwise "
+                   "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "
+                   "client and select the RESP protocol version at the same time");
+        return Next::keep;
+    }
+    m_version = version;
+    m_name = std::move(name);
+    Writer reply(m_out.bytes(), m_version);
+    reply.map(7);
+    reply.bulk("server").bulk("redis");
+    reply.bulk("version").bulk(k_redis_version);
+    reply.bulk("proto").integer(m_version);
+    reply.bulk("id").integer(static_cast<std::int64_t>(m_connection.id()));
+    reply.bulk("mode").bulk("standalone");
+    reply.bulk("role").bulk("master");
+    reply.bulk("modules").array(0);
+    return Next::keep;
+}
+
+RespSession::Next RespSession::client(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() < 2) {
+        wrong_arity("client");
+        return Next::keep;
+    }
+    const auto sub = args[1];
+    if (iequals(sub, "SETINFO") && args.size() == 4) {
+        reply.simple("OK");
+    } else if (iequals(sub, "SETNAME") && args.size() == 3) {
+        m_name = std::string(args[2]);
+        reply.simple("OK");
+    } else if (iequals(sub, "GETNAME") && args.size() == 2) {
+        if (m_name.empty()) {
+            reply.null();
+        } else {
+            reply.bulk(m_name);
+        }
+    } else if (iequals(sub, "ID") && args.size() == 2) {
+        reply.integer(static_cast<std::int64_t>(m_connection.id()));
+    } else if ((iequals(sub, "NO-EVICT") || iequals(sub, "NO-TOUCH")) && args.size() == 3) {
+        reply.simple("OK");
+    } else if (iequals(sub, "INFO") && args.size() == 2) {
+        reply.verbatim(
+            fmt::format("id={} name={} resp={}\n", m_connection.id(), m_name, m_version));
+    } else {
+        reply.error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
+                                "Try CLIENT HELP.",
+                                sub));
+    }
+    return Next::keep;
+}
+
+RespSession::Next RespSession::select(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() != 2) {
+        wrong_arity("select");
+    } else if (args[1] == "0") {
+        reply.simple("OK");
+    } else if (args[1].find_first_not_of("-0123456789") != std::string_view::npos ||
+               args[1].empty()) {
+        reply.error("ERR value is not an integer or out of range");
+    } else {
+        reply.error("ERR DB index is out of range");
+    }
+    return Next::keep;
+}
+
+RespSession::Next RespSession::info(Args args) {
+    const auto report = stats_report(m_context);
+    const auto& daemon = report["daemon"];
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    std::string tiers;
+    for (const auto& [ns, per_tier] : report["namespaces"].items()) {
+        for (const auto& [tier, counters] : per_tier.items()) {
+            for (const auto& [name, value] : counters.items()) {
+                tiers += fmt::format("pt2cache_{}_{}_{}:{}\r\n", ns, tier, name, value.dump());
+            }
+        }
+        // A request hits once, in whichever tier; it misses only in the last.
+        for (const auto& [tier, counters] : per_tier.items()) {
+            hits += counters.value("hits", std::uint64_t(0));
+        }
+        if (per_tier.contains("disk")) {
+            misses += per_tier["disk"].value("misses", std::uint64_t(0));
+        }
+    }
+    std::int64_t keys = 0;
+    if (report["tiers"].contains("disk") && report["tiers"]["disk"].contains("entries")) {
+        keys = report["tiers"]["disk"]["entries"].get<std::int64_t>();
+    }
+
+    std::string text;
+    const auto section = [&](std::string_view name) {
+        if (args.size() < 2) {
+            return true;
+        }
+        return std::any_of(args.begin() + 1, args.end(), [&](std::string_view wanted) {
+            return iequals(wanted, name) || iequals(wanted, "all") || iequals(wanted, "everything");
+        });
+    };
+    if (section("server")) {
+        text += fmt::format("# Server\r\nredis_version:{}\r\npt2cache_version:{}\r\n"
+                            "redis_mode:standalone\r\nos:Linux\r\nprocess_id:{}\r\n"
+                            "uptime_in_seconds:{}\r\n\r\n",
+                            k_redis_version, PT2CACHE_VERSION, ::getpid(),
+                            static_cast<std::uint64_t>(report.value("uptime_s", 0.0)));
+    }
+    if (section("clients")) {
+        text += fmt::format("# Clients\r\nconnected_clients:{}\r\n\r\n",
+                            daemon.value("connections_active", std::uint64_t(0)));
+    }
+    if (section("stats")) {
+        text += fmt::format("# Stats\r\ntotal_connections_received:{}\r\n"
+                            "total_commands_processed:{}\r\nrejected_connections:{}\r\n"
+                            "keyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
+                            daemon.value("connections_accepted", std::uint64_t(0)),
+                            daemon.value("requests", std::uint64_t(0)),
+                            daemon.value("peers_refused", std::uint64_t(0)), hits, misses);
+    }
+    if (section("keyspace")) {
+        text += fmt::format("# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n\r\n", keys);
+    }
+    if (section("pt2cache")) {
+        text += "# Pt2cache\r\n" + tiers + "\r\n";
+    }
+    Writer(m_out.bytes(), m_version).verbatim(text);
+    return Next::keep;
+}
+
+RespSession::Next RespSession::command(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() >= 2 && iequals(args[1], "DOCS")) {
+        reply.map(0); // redis-cli falls back to its built-in help
+    } else if (args.size() >= 2 && iequals(args[1], "COUNT")) {
+        reply.integer(20);
+    } else if (args.size() >= 2 && iequals(args[1], "INFO")) {
+        reply.array(args.size() - 2);
+        for (std::size_t i = 2; i < args.size(); ++i) {
+            reply.null_array();
+        }
+    } else {
+        reply.array(0);
+    }
+    return Next::keep;
+}
+
+RespSession::Next RespSession::config(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() >= 3 && iequals(args[1], "GET")) {
+        // What redis-benchmark asks for; we persist every entry to disk.
+        std::vector<std::pair<std::string_view, std::string_view>> found;
+        for (std::size_t i = 2; i < args.size(); ++i) {
+            if (iequals(args[i], "save")) {
+                found.emplace_back("save", "");
+            } else if (iequals(args[i], "appendonly")) {
+                found.emplace_back("appendonly", "no");
+            }
+        }
+        reply.map(found.size());
+        for (const auto& [name, value] : found) {
+            reply.bulk(name).bulk(value);
+        }
+        return Next::keep;
+    }
+    reply.error("ERR CONFIG is limited to CONFIG GET in pt2cached");
+    return Next::keep;
+}
+
+} // namespace pt2cache::daemon

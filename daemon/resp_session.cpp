@@ -1,0 +1,377 @@
+#include "daemon/resp_session.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+#include "daemon/connection.hpp"
+#include "daemon/log.hpp"
+#include "daemon/offload.hpp"
+#include "proto/frame.hpp"
+#include "proto/inductor_keys.hpp"
+#include "proto/messages.hpp"
+#include "proto/resp.hpp"
+
+namespace pt2cache::daemon {
+
+namespace {
+
+using proto::resp::Writer;
+
+std::string upper(std::string_view text) {
+    std::string out(text);
+    std::transform(out.begin(), out.end(), out.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return out;
+}
+
+std::optional<std::int64_t> to_int(std::string_view text) {
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+// The namespaced key for a Redis key, or nullopt when it cannot be stored
+// (longer than the native key limit).
+std::optional<proto::NamespacedKey> map_key(std::string_view redis_key) {
+    auto mapped = proto::from_redis_key(redis_key);
+    if (mapped.key.empty() || mapped.key.size() > proto::k_max_key) {
+        return std::nullopt;
+    }
+    return mapped;
+}
+
+} // namespace
+
+awaitable<void> serve_resp(Connection& connection) {
+    RespSession session(connection);
+    co_await session.run();
+}
+
+RespSession::RespSession(Connection& connection)
+    : m_connection(connection)
+    , m_context(connection.context()) {}
+
+awaitable<void> RespSession::run() {
+    auto& input = m_connection.input();
+    std::size_t want = 0;
+    for (;;) {
+        while (input.size() > 0) {
+            const proto::resp::Limits limits{m_context.max_value.load()};
+            auto result = proto::resp::parse_command(input.readable(), limits);
+            if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {
+                want = need->bytes;
+                break;
+            }
+            if (auto* error = std::get_if<proto::resp::ProtocolError>(&result)) {
+                m_context.stats.daemon().protocol_errors++;
+                logger("resp").warn("[{}] protocol error: {}; closing", m_connection.id(),
+                                    error->message);
+                Writer(m_out.bytes(), m_version).error("ERR Protocol error: " + error->message);
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+            const auto& command = std::get<proto::resp::Command>(result);
+            const auto next = command.args.empty() ? Next::keep : co_await execute(command.args);
+            input.consume(command.consumed);
+            want = 0;
+            if (next == Next::close) {
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+        }
+        if (!co_await m_connection.flush(m_out) || m_context.stopping) {
+            co_return;
+        }
+        if (!co_await m_connection.read_more(want)) {
+            co_return;
+        }
+    }
+}
+
+awaitable<RespSession::Next> RespSession::execute(Args args) {
+    m_context.stats.daemon().requests++;
+    const auto name = upper(args[0]);
+    Writer reply(m_out.bytes(), m_version);
+
+    // Allowed before authentication.
+    if (name == "HELLO") {
+        co_return hello(args);
+    }
+    if (name == "AUTH") {
+        co_return auth(args);
+    }
+    if (name == "QUIT") {
+        reply.simple("OK");
+        co_return Next::close;
+    }
+    if (!authenticated()) {
+        reply.error("NOAUTH Authentication required.");
+        co_return Next::keep;
+    }
+
+    if (name == "GET") {
+        co_return co_await get(args);
+    }
+    if (name == "SET") {
+        co_return co_await set(args);
+    }
+    if (name == "MGET") {
+        co_return co_await mget(args);
+    }
+    if (name == "EXISTS" || name == "DEL" || name == "UNLINK") {
+        co_return co_await exists_or_del(args, name != "EXISTS");
+    }
+    if (name == "DBSIZE") {
+        co_return co_await dbsize();
+    }
+    if (name == "PING") {
+        if (args.size() > 2) {
+            wrong_arity("ping");
+        } else if (args.size() == 2) {
+            reply.bulk(args[1]);
+        } else {
+            reply.simple("PONG");
+        }
+        co_return Next::keep;
+    }
+    if (name == "ECHO") {
+        if (args.size() != 2) {
+            wrong_arity("echo");
+        } else {
+            reply.bulk(args[1]);
+        }
+        co_return Next::keep;
+    }
+    if (name == "SELECT") {
+        co_return select(args);
+    }
+    if (name == "CLIENT") {
+        co_return client(args);
+    }
+    if (name == "INFO") {
+        co_return info(args);
+    }
+    if (name == "COMMAND") {
+        co_return command(args);
+    }
+    if (name == "CONFIG") {
+        co_return config(args);
+    }
+    if (name == "RESET") {
+        reset();
+        reply.simple("RESET");
+        co_return Next::keep;
+    }
+    reply.error(proto::resp::unknown_command_message(args));
+    co_return Next::keep;
+}
+
+void RespSession::wrong_arity(std::string_view name) {
+    Writer(m_out.bytes(), m_version)
+        .error(fmt::format("ERR wrong number of arguments for '{}' command", name));
+}
+
+RespSession::Next RespSession::refuse(std::string_view command, std::string_view why) {
+    m_context.stats.daemon().protocol_errors++;
+    logger("resp").warn("[{}] {} not served ({}); closing the connection instead of an error "
+                        "reply",
+                        m_connection.id(), command, why);
+    return Next::close;
+}
+
+awaitable<RespSession::Next> RespSession::get(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() != 2) {
+        wrong_arity("get");
+        co_return Next::keep;
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        reply.null(); // nothing that long can have been stored
+        co_return Next::keep;
+    }
+    auto& store = *m_context.store;
+    auto entry = store.get_memory(mapped->ns, mapped->key);
+    if (!entry) {
+        auto found = co_await offload(*m_context.blocking,
+                                      [&] { return store.get(mapped->ns, mapped->key); });
+        if (!found) {
+            co_return refuse("GET", found.error().message);
+        }
+        entry = std::move(*found);
+    }
+    if (!entry) {
+        reply.null();
+        co_return Next::keep;
+    }
+    reply.bulk_header(entry->value.size());
+    m_out.append_blob(std::move(entry->value));
+    reply.crlf();
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::set(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() < 3) {
+        wrong_arity("set");
+        co_return Next::keep;
+    }
+    std::int64_t ttl_ms = 0;
+    bool nx = false;
+    bool xx = false;
+    for (std::size_t i = 3; i < args.size(); ++i) {
+        const auto option = upper(args[i]);
+        if ((option == "EX" || option == "PX") && i + 1 < args.size()) {
+            const auto amount = to_int(args[++i]);
+            if (!amount) {
+                reply.error("ERR value is not an integer or out of range");
+                co_return Next::keep;
+            }
+            if (*amount <= 0 || *amount > (std::int64_t(1) << 46)) {
+                reply.error("ERR invalid expire time in 'set' command");
+                co_return Next::keep;
+            }
+            ttl_ms = option == "EX" ? *amount * 1000 : *amount;
+        } else if (option == "NX" && !xx) {
+            nx = true;
+        } else if (option == "XX" && !nx) {
+            xx = true;
+        } else if (option == "KEEPTTL" && ttl_ms == 0) {
+            // Entries are replaced whole; nothing to keep.
+        } else {
+            reply.error("ERR syntax error");
+            co_return Next::keep;
+        }
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        co_return refuse("SET", fmt::format("key of {} bytes is over the {} byte limit",
+                                            args[1].size(), proto::k_max_key));
+    }
+    if (args[2].size() > m_context.max_value.load()) {
+        co_return refuse("SET", "value over max_value");
+    }
+
+    store::Entry entry;
+    entry.value = store::Blob::copy_of(args[2]);
+    entry.created_ms = store::now_ms();
+    entry.expires_ms = ttl_ms ? entry.created_ms + ttl_ms : 0;
+    auto& store = *m_context.store;
+    auto outcome = co_await offload(*m_context.blocking, [&]() {
+        using Result = tl::expected<store::PutOutcome, store::StoreError>;
+        if (xx) {
+            auto exists = store.exists(mapped->ns, mapped->key);
+            if (!exists) {
+                return Result(tl::unexpected(exists.error()));
+            }
+            if (!*exists) {
+                return Result(store::PutOutcome::not_stored);
+            }
+        }
+        return store.put(mapped->ns, mapped->key, entry,
+                         nx ? store::PutMode::only_if_absent : store::PutMode::overwrite);
+    });
+    if (!outcome) {
+        co_return refuse("SET", outcome.error().message);
+    }
+    if (*outcome == store::PutOutcome::stored) {
+        reply.simple("OK");
+    } else {
+        reply.null();
+    }
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::mget(Args args) {
+    if (args.size() < 2) {
+        wrong_arity("mget");
+        co_return Next::keep;
+    }
+    auto& store = *m_context.store;
+    std::vector<std::optional<store::Entry>> entries(args.size() - 1);
+    std::vector<std::size_t> missing;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (const auto mapped = map_key(args[i])) {
+            entries[i - 1] = store.get_memory(mapped->ns, mapped->key);
+            if (!entries[i - 1]) {
+                missing.push_back(i);
+            }
+        }
+    }
+    if (!missing.empty()) {
+        auto ok = co_await offload(*m_context.blocking, [&] {
+            for (auto i : missing) {
+                const auto mapped = map_key(args[i]);
+                auto found = store.get(mapped->ns, mapped->key);
+                if (!found) {
+                    return false;
+                }
+                entries[i - 1] = std::move(*found);
+            }
+            return true;
+        });
+        if (!ok) {
+            co_return refuse("MGET", "storage error");
+        }
+    }
+    Writer reply(m_out.bytes(), m_version);
+    reply.array(entries.size());
+    for (auto& entry : entries) {
+        if (!entry) {
+            reply.null();
+            continue;
+        }
+        reply.bulk_header(entry->value.size());
+        m_out.append_blob(std::move(entry->value));
+        reply.crlf();
+    }
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::exists_or_del(Args args, bool del) {
+    if (args.size() < 2) {
+        wrong_arity(del ? "del" : "exists");
+        co_return Next::keep;
+    }
+    auto& store = *m_context.store;
+    auto count = co_await offload(*m_context.blocking, [&]() -> std::optional<std::int64_t> {
+        std::int64_t n = 0;
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            const auto mapped = map_key(args[i]);
+            if (!mapped) {
+                continue;
+            }
+            auto found =
+                del ? store.remove(mapped->ns, mapped->key) : store.exists(mapped->ns, mapped->key);
+            if (!found) {
+                return std::nullopt;
+            }
+            n += *found ? 1 : 0;
+        }
+        return n;
+    });
+    if (!count) {
+        co_return refuse(del ? "DEL" : "EXISTS", "storage error");
+    }
+    Writer(m_out.bytes(), m_version).integer(*count);
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::dbsize() {
+    const auto summary = m_context.store->tier_summary();
+    std::int64_t entries = 0;
+    for (const auto* tier : {"disk", "memory"}) {
+        if (summary.contains(tier) && summary[tier].contains("entries")) {
+            entries = summary[tier]["entries"].get<std::int64_t>();
+            break;
+        }
+    }
+    Writer(m_out.bytes(), m_version).integer(entries);
+    co_return Next::keep;
+}
+
+} // namespace pt2cache::daemon

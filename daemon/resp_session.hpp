@@ -1,0 +1,68 @@
+// The Redis-protocol front door (RESP2/RESP3) on the daemon's socket: enough
+// of Redis for redis-py 4 to 8 (what Inductor's remote caches use), redis-cli,
+// hiredis and redis-benchmark. Keys map to namespaces through
+// proto/inductor_keys.hpp. See docs/torch.md.
+//
+// A GET or SET that cannot be served (storage error, key or value over a
+// limit) is never answered with -ERR, which would crash an Inductor compile:
+// it is logged, counted and the connection is closed, which Inductor treats
+// as an unavailable cache.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "daemon/asio.hpp"
+#include "daemon/io_buffers.hpp"
+
+namespace pt2cache::daemon {
+
+class Connection;
+struct Context;
+
+awaitable<void> serve_resp(Connection& connection);
+
+class RespSession {
+public:
+    explicit RespSession(Connection& connection);
+
+    awaitable<void> run();
+
+private:
+    enum class Next { keep, close };
+    using Args = std::span<const std::string_view>;
+
+    awaitable<Next> execute(Args args);
+
+    // Data commands (resp_session.cpp).
+    awaitable<Next> get(Args args);
+    awaitable<Next> set(Args args);
+    awaitable<Next> mget(Args args);
+    awaitable<Next> exists_or_del(Args args, bool del);
+    awaitable<Next> dbsize();
+
+    // Connection and server commands (resp_admin.cpp).
+    Next hello(Args args);
+    Next auth(Args args);
+    Next client(Args args);
+    Next select(Args args);
+    Next info(Args args);
+    Next command(Args args);
+    Next config(Args args);
+    void reset();
+    bool authenticated() const;
+
+    void wrong_arity(std::string_view name);
+    // Closes the connection instead of answering (see the file comment).
+    Next refuse(std::string_view command, std::string_view why);
+
+    Connection& m_connection;
+    Context& m_context;
+    OutputBatch m_out;
+    int m_version = 2;
+    bool m_authenticated = false;
+    std::string m_name;
+};
+
+} // namespace pt2cache::daemon

@@ -1,0 +1,272 @@
+#include "daemon/server.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+#include <unistd.h>
+
+#include "daemon/connection.hpp"
+#include "daemon/log.hpp"
+#include "daemon/socket_setup.hpp"
+#include "daemon/store_factory.hpp"
+
+#include <systemd/sd-daemon.h>
+
+namespace pt2cache::daemon {
+
+namespace fs = std::filesystem;
+
+void Context::touch() {
+    last_activity_ms.store(store::now_ms(), std::memory_order_relaxed);
+}
+
+void ConnectionRegistry::add(const std::shared_ptr<Connection>& connection) {
+    std::lock_guard lock(m_mutex);
+    m_connections.emplace(connection.get(), connection);
+}
+
+void ConnectionRegistry::remove(const Connection* connection) {
+    std::lock_guard lock(m_mutex);
+    m_connections.erase(connection);
+}
+
+void ConnectionRegistry::shutdown_reads() {
+    std::lock_guard lock(m_mutex);
+    for (auto& [_, weak] : m_connections) {
+        if (auto connection = weak.lock()) {
+            connection->shutdown_read();
+        }
+    }
+}
+
+std::size_t ConnectionRegistry::size() const {
+    std::lock_guard lock(m_mutex);
+    return m_connections.size();
+}
+
+namespace {
+
+constexpr auto k_drain_deadline = std::chrono::seconds(10);
+
+class Server {
+public:
+    Server(config::Loaded loaded, config::LoadOptions reload_options)
+        : m_loaded(std::move(loaded))
+        , m_reload_options(std::move(reload_options))
+        , m_io(static_cast<int>(m_loaded.config.io_threads))
+        , m_blocking(m_loaded.config.blocking_threads)
+        , m_acceptor(m_io)
+        , m_signals(m_io, SIGINT, SIGTERM, SIGHUP)
+        , m_idle_timer(m_io)
+        , m_drain_timer(m_io) {}
+
+    int run();
+
+private:
+    void listen();
+    awaitable<void> accept_loop();
+    void wait_for_signal();
+    void reload();
+    void stop(std::string_view why);
+    void arm_idle_timer();
+
+    config::Loaded m_loaded;
+    config::LoadOptions m_reload_options;
+    Context m_context;
+    ConnectionRegistry m_registry;
+    asio::io_context m_io;
+    asio::thread_pool m_blocking;
+    UnixAcceptor m_acceptor;
+    asio::signal_set m_signals;
+    asio::steady_timer m_idle_timer;
+    asio::steady_timer m_drain_timer;
+    std::unique_ptr<InstanceLock> m_lock;
+    fs::path m_bound_path; // unlinked at exit when we created it
+    std::uint64_t m_next_id = 0;
+};
+
+int Server::run() {
+    const auto started = std::chrono::steady_clock::now();
+    auto& log = logger("daemon");
+    const auto& config = m_loaded.config;
+    for (const auto& warning : m_loaded.warnings) {
+        log.warn("{}", warning);
+    }
+
+    m_context.config = config;
+    m_context.max_value = config.max_value_size;
+    m_context.blocking = &m_blocking;
+    m_context.store = make_store(config, m_context.stats);
+    m_context.touch();
+
+    listen();
+    asio::co_spawn(m_io, accept_loop(), asio::detached);
+    wait_for_signal();
+    arm_idle_timer();
+
+    const auto ready_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
+    log.info("ready on {} (cache {}, {} io threads, {} workers) in {:.1f} ms", config.socket_path,
+             config.cache_dir, config.io_threads, config.blocking_threads, ready_us / 1000.0);
+    ::sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%ld", config.socket_path.c_str(),
+                 static_cast<long>(::getpid()));
+
+    std::vector<std::thread> threads;
+    for (unsigned i = 1; i < config.io_threads; ++i) {
+        threads.emplace_back([this] { m_io.run(); });
+    }
+    m_io.run();
+    for (auto& thread : threads) {
+        thread.join();
+    }
+    m_blocking.join();
+    if (!m_bound_path.empty()) {
+        ::unlink(m_bound_path.c_str());
+    }
+    log.info("stopped");
+    return 0;
+}
+
+void Server::listen() {
+    const fs::path socket_path = m_context.config.socket_path;
+    std::optional<int> fd = inherited_listener();
+    if (fd) {
+        logger("daemon").info("using the socket passed by systemd");
+    } else {
+        prepare_socket_directory(socket_path.parent_path());
+        m_lock = std::make_unique<InstanceLock>(socket_path);
+        fd = bind_listener(socket_path);
+        m_bound_path = socket_path;
+    }
+    m_acceptor.assign(asio::local::stream_protocol(), *fd);
+}
+
+awaitable<void> Server::accept_loop() {
+    auto executor = co_await asio::this_coro::executor;
+    asio::steady_timer backoff(executor);
+    while (!m_context.stopping) {
+        boost::system::error_code ec;
+        auto socket = co_await m_acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+        if (ec) {
+            if (m_context.stopping || ec == asio::error::operation_aborted) {
+                co_return;
+            }
+            // Out of descriptors, say: back off instead of spinning.
+            logger("daemon").warn("accept failed: {}", ec.message());
+            backoff.expires_after(std::chrono::milliseconds(100));
+            co_await backoff.async_wait(asio::redirect_error(use_awaitable, ec));
+            continue;
+        }
+        auto connection = std::make_shared<Connection>(std::move(socket), m_context, ++m_next_id);
+        m_registry.add(connection);
+        asio::co_spawn(
+            executor,
+            [this, connection]() -> awaitable<void> {
+                co_await connection->run();
+                m_registry.remove(connection.get());
+            },
+            asio::detached);
+    }
+}
+
+void Server::wait_for_signal() {
+    m_signals.async_wait([this](const boost::system::error_code& ec, int signal) {
+        if (ec) {
+            return;
+        }
+        if (signal == SIGHUP) {
+            reload();
+            wait_for_signal();
+            return;
+        }
+        stop(signal == SIGINT ? "SIGINT" : "SIGTERM");
+    });
+}
+
+void Server::reload() {
+    auto& log = logger("daemon");
+    auto loaded = config::load(m_reload_options, config::process_environment());
+    if (!loaded) {
+        log.error("SIGHUP: configuration not reloaded: {}", loaded.error().message);
+        return;
+    }
+    const auto& fresh = loaded->config;
+    const auto& old = m_context.config;
+    if (fresh.socket_path != old.socket_path || fresh.cache_dir != old.cache_dir ||
+        fresh.io_threads != old.io_threads || fresh.blocking_threads != old.blocking_threads) {
+        log.warn("SIGHUP: socket, cache_dir and thread counts change only on restart");
+    }
+    set_log_level(fresh.log_level);
+    m_context.max_value = fresh.max_value_size;
+    m_context.store->set_policy(store_policy(fresh));
+    for (const auto& warning : loaded->warnings) {
+        log.warn("{}", warning);
+    }
+    log.info("configuration reloaded from {}",
+             loaded->config_file.empty() ? "defaults and environment" : loaded->config_file);
+}
+
+void Server::stop(std::string_view why) {
+    if (m_context.stopping.exchange(true)) {
+        return;
+    }
+    logger("daemon").info("{}: stopping; finishing requests in flight", why);
+    ::sd_notify(0, "STOPPING=1");
+    boost::system::error_code ignored;
+    m_acceptor.close(ignored);
+    m_signals.cancel(ignored);
+    m_idle_timer.cancel();
+    m_registry.shutdown_reads();
+    m_drain_timer.expires_after(k_drain_deadline);
+    m_drain_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) {
+            logger("daemon").warn("{} connections still busy after {} s; exiting anyway",
+                                  m_registry.size(), k_drain_deadline.count());
+            m_io.stop();
+        }
+    });
+    // The drain timer must not keep the daemon up once the connections are
+    // gone: poll the registry and cancel it then.
+    asio::co_spawn(
+        m_io,
+        [this]() -> awaitable<void> {
+            asio::steady_timer poll(co_await asio::this_coro::executor);
+            while (m_registry.size() > 0) {
+                poll.expires_after(std::chrono::milliseconds(5));
+                co_await poll.async_wait(use_awaitable);
+                m_registry.shutdown_reads();
+            }
+            m_drain_timer.cancel();
+        },
+        asio::detached);
+}
+
+void Server::arm_idle_timer() {
+    const auto idle_s = m_context.config.idle_exit_s;
+    if (idle_s == 0) {
+        return;
+    }
+    m_idle_timer.expires_after(std::chrono::seconds(1));
+    m_idle_timer.async_wait([this, idle_s](const boost::system::error_code& ec) {
+        if (ec || m_context.stopping) {
+            return;
+        }
+        const auto idle_ms = store::now_ms() - m_context.last_activity_ms.load();
+        if (m_registry.size() == 0 && idle_ms >= static_cast<std::int64_t>(idle_s) * 1000) {
+            stop(fmt::format("idle for {} s", idle_s));
+            return;
+        }
+        arm_idle_timer();
+    });
+}
+
+} // namespace
+
+int run_server(config::Loaded loaded, config::LoadOptions reload_options) {
+    std::signal(SIGPIPE, SIG_IGN);
+    Server server(std::move(loaded), std::move(reload_options));
+    return server.run();
+}
+
+} // namespace pt2cache::daemon

@@ -1,0 +1,144 @@
+#include "daemon/socket_setup.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <systemd/sd-daemon.h>
+
+namespace pt2cache::daemon {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text() {
+    return std::strerror(errno);
+}
+
+} // namespace
+
+InstanceLock::InstanceLock(const fs::path& socket_path) {
+    const auto lock_path = fs::path(socket_path).concat(".lock");
+    m_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (m_fd < 0) {
+        throw Fatal(fmt::format("cannot open lock file {}: {}", lock_path.string(), errno_text()));
+    }
+    if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = {};
+        const auto n = ::pread(m_fd, pid, sizeof pid - 1, 0);
+        const std::string who = n > 0 ? fmt::format(" (pid {})", std::string(pid, n)) : "";
+        ::close(m_fd);
+        m_fd = -1;
+        throw Fatal(fmt::format("pt2cached is already running on {}{}", socket_path.string(), who));
+    }
+    const auto pid = std::to_string(::getpid());
+    if (::ftruncate(m_fd, 0) != 0 || ::pwrite(m_fd, pid.data(), pid.size(), 0) < 0) {
+        throw Fatal(fmt::format("cannot write lock file {}: {}", lock_path.string(), errno_text()));
+    }
+}
+
+InstanceLock::~InstanceLock() {
+    if (m_fd >= 0) {
+        ::close(m_fd);
+    }
+}
+
+void prepare_socket_directory(const fs::path& directory) {
+    struct stat st {};
+    if (::lstat(directory.c_str(), &st) != 0) {
+        if (errno != ENOENT) {
+            throw Fatal(fmt::format("cannot inspect socket directory {}: {}", directory.string(),
+                                    errno_text()));
+        }
+        std::error_code ec;
+        fs::create_directories(directory.parent_path(), ec);
+        if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
+            throw Fatal(fmt::format("cannot create socket directory {}: {}", directory.string(),
+                                    errno_text()));
+        }
+        if (::lstat(directory.c_str(), &st) != 0) {
+            throw Fatal(fmt::format("cannot inspect socket directory {}: {}", directory.string(),
+                                    errno_text()));
+        }
+    }
+    if (S_ISLNK(st.st_mode)) {
+        throw Fatal(
+            fmt::format("refusing socket directory {}: it is a symbolic link", directory.string()));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        throw Fatal(
+            fmt::format("refusing socket directory {}: it is not a directory", directory.string()));
+    }
+    if (st.st_uid != ::geteuid()) {
+        throw Fatal(fmt::format("refusing socket directory {}: owned by uid {}, not by uid {}",
+                                directory.string(), st.st_uid, ::geteuid()));
+    }
+    if ((st.st_mode & 077) != 0) {
+        throw Fatal(fmt::format("refusing socket directory {}: mode {:04o} lets group or others "
+                                "in (expected 0700; run chmod 700 {})",
+                                directory.string(), st.st_mode & 07777, directory.string()));
+    }
+}
+
+std::optional<int> inherited_listener() {
+    const int count = ::sd_listen_fds(1);
+    if (count <= 0) {
+        return std::nullopt;
+    }
+    if (count != 1) {
+        throw Fatal(fmt::format("systemd passed {} sockets; pt2cached expects exactly one", count));
+    }
+    const int fd = SD_LISTEN_FDS_START;
+    if (::sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) <= 0) {
+        throw Fatal("systemd passed a socket that is not a listening Unix stream socket");
+    }
+    return fd;
+}
+
+int bind_listener(const fs::path& path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.native().size() >= sizeof address.sun_path) {
+        throw Fatal(fmt::format("socket path {} is longer than the {} bytes a Unix socket allows",
+                                path.string(), sizeof address.sun_path - 1));
+    }
+    std::memcpy(address.sun_path, path.c_str(), path.native().size());
+
+    // The instance lock is held, so a socket file here is a crashed daemon's.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            throw Fatal(fmt::format("refusing to replace {}: it is not a socket", path.string()));
+        }
+        ::unlink(path.c_str());
+    }
+
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        throw Fatal(fmt::format("socket(): {}", errno_text()));
+    }
+    const mode_t old_mask = ::umask(077);
+    const int bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    const int saved = errno;
+    ::umask(old_mask);
+    if (bound != 0) {
+        ::close(fd);
+        errno = saved;
+        throw Fatal(fmt::format("cannot bind {}: {}", path.string(), errno_text()));
+    }
+    ::chmod(path.c_str(), 0600);
+    if (::listen(fd, SOMAXCONN) != 0) {
+        ::close(fd);
+        throw Fatal(fmt::format("cannot listen on {}: {}", path.string(), errno_text()));
+    }
+    return fd;
+}
+
+} // namespace pt2cache::daemon

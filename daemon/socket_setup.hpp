@@ -1,0 +1,52 @@
+// Where the daemon listens, and the checks that make the socket private:
+// a 0700 directory owned by the user (never a symlink), a 0600 socket made
+// under umask 077, one daemon per socket (a lock file), and a stale socket
+// from a crash taken over. Under systemd the socket is inherited instead.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace pt2cache::daemon {
+
+// Startup failures: main prints the message and exits non-zero.
+class Fatal : public std::runtime_error {
+public:
+    Fatal(const std::string& message, int exit_code = 1)
+        : std::runtime_error(message)
+        , m_exit_code(exit_code) {}
+    int exit_code() const { return m_exit_code; }
+
+private:
+    int m_exit_code;
+};
+
+// A held lock that proves this process is the one daemon for a socket path.
+class InstanceLock {
+public:
+    // Throws Fatal naming the running daemon's pid when the lock is taken.
+    explicit InstanceLock(const std::filesystem::path& socket_path);
+    ~InstanceLock();
+    InstanceLock(const InstanceLock&) = delete;
+    InstanceLock& operator=(const InstanceLock&) = delete;
+
+private:
+    int m_fd = -1;
+};
+
+// Creates the socket's directory (0700) if missing and checks it: throws
+// Fatal naming the path and the problem if it is a symlink, not a directory,
+// not owned by this user, or open to group or others.
+void prepare_socket_directory(const std::filesystem::path& directory);
+
+// A listening socket inherited from systemd (LISTEN_FDS), if any. Throws
+// Fatal if systemd passed something other than one Unix stream socket.
+std::optional<int> inherited_listener();
+
+// Binds and listens on `path` with mode 0600, replacing a stale socket file.
+// Returns the listening descriptor.
+int bind_listener(const std::filesystem::path& path);
+
+} // namespace pt2cache::daemon
