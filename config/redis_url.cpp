@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: MIT
+#include "config/redis_url.hpp"
+
+#include <limits>
+#include <optional>
+
+#include "config/values.hpp"
+
+#include <fmt/core.h>
+
+namespace pt2cache::config {
+
+namespace {
+
+constexpr std::string_view k_scheme_separator = "://";
+constexpr std::uint16_t k_default_port = 6379;
+// Redis parses SELECT's argument as a signed 32-bit integer.
+constexpr std::uint64_t k_max_db = std::numeric_limits<std::int32_t>::max();
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view text) {
+    std::string result;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+            result += text[i];
+            continue;
+        }
+        if (i + 2 >= text.size()) {
+            return std::nullopt;
+        }
+        int high = hex_value(text[i + 1]);
+        int low = hex_value(text[i + 2]);
+        if (high < 0 || low < 0) {
+            return std::nullopt;
+        }
+        result += static_cast<char>(high * 16 + low);
+        i += 2;
+    }
+    return result;
+}
+
+tl::expected<unsigned, std::string> parse_db(std::string_view text) {
+    auto db = parse_integer(text, 0, k_max_db);
+    if (!db) {
+        return tl::make_unexpected(fmt::format("bad database number {}", quote(text)));
+    }
+    return static_cast<unsigned>(*db);
+}
+
+// Splits "host[:port]" or "[v6]:port" into `url`.
+tl::expected<void, std::string> parse_host_port(std::string_view text, RedisUrl& url) {
+    std::string_view host = text;
+    std::string_view port;
+    if (text.starts_with('[')) {
+        auto close = text.find(']');
+        if (close == std::string_view::npos) {
+            return tl::make_unexpected("unterminated [IPv6 address]");
+        }
+        host = text.substr(1, close - 1);
+        std::string_view after = text.substr(close + 1);
+        if (!after.empty() && !after.starts_with(':')) {
+            return tl::make_unexpected("unexpected text after ]");
+        }
+        port = after.empty() ? after : after.substr(1);
+        if (after == ":") {
+            return tl::make_unexpected("empty port");
+        }
+    } else if (auto colon = text.find(':'); colon != std::string_view::npos) {
+        host = text.substr(0, colon);
+        port = text.substr(colon + 1);
+        if (port.empty()) {
+            return tl::make_unexpected("empty port");
+        }
+    }
+    if (host.empty()) {
+        return tl::make_unexpected("missing host");
+    }
+    url.host = host;
+    url.port = k_default_port;
+    if (!port.empty()) {
+        auto number = parse_integer(port, 1, 65535);
+        if (!number) {
+            return tl::make_unexpected(fmt::format("bad port {} (1 to 65535)", quote(port)));
+        }
+        url.port = static_cast<std::uint16_t>(*number);
+    }
+    return {};
+}
+
+tl::expected<void, std::string> parse_query(std::string_view query, RedisUrl& url) {
+    while (!query.empty()) {
+        auto amp = query.find('&');
+        std::string_view param = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+        if (param.empty()) {
+            continue;
+        }
+        auto eq = param.find('=');
+        std::string_view name = param.substr(0, eq);
+        if (name != "db" || eq == std::string_view::npos) {
+            return tl::make_unexpected(
+                fmt::format("unsupported URL parameter {} (only db=N is accepted)", quote(name)));
+        }
+        auto db = parse_db(param.substr(eq + 1));
+        if (!db) {
+            return tl::make_unexpected(db.error());
+        }
+        url.db = *db;
+    }
+    return {};
+}
+
+tl::expected<RedisUrl, std::string> parse(std::string_view text) {
+    auto separator = text.find(k_scheme_separator);
+    if (separator == std::string_view::npos) {
+        return tl::make_unexpected("not a URL");
+    }
+    std::string_view scheme = text.substr(0, separator);
+    bool is_unix = scheme == "unix";
+    if (scheme != "redis" && !is_unix) {
+        return tl::make_unexpected(fmt::format("unsupported scheme {}", quote(scheme)));
+    }
+    std::string_view rest = text.substr(separator + k_scheme_separator.size());
+
+    std::string_view query;
+    if (auto question = rest.find('?'); question != std::string_view::npos) {
+        query = rest.substr(question + 1);
+        rest = rest.substr(0, question);
+    }
+    auto slash = rest.find('/');
+    std::string_view authority = rest.substr(0, slash);
+    std::string_view path =
+        slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+
+    RedisUrl url;
+    if (auto at = authority.rfind('@'); at != std::string_view::npos) {
+        std::string_view userinfo = authority.substr(0, at);
+        authority = authority.substr(at + 1);
+        auto colon = userinfo.find(':');
+        auto username = percent_decode(userinfo.substr(0, colon));
+        auto password = percent_decode(
+            colon == std::string_view::npos ? std::string_view() : userinfo.substr(colon + 1));
+        if (!username || !password) {
+            return tl::make_unexpected("bad percent-encoding in the user name or password");
+        }
+        url.username = std::move(*username);
+        url.password = std::move(*password);
+    }
+
+    if (is_unix) {
+        if (!authority.empty()) {
+            return tl::make_unexpected(
+                "a unix:// URL takes no host: write unix:///absolute/path (three slashes)");
+        }
+        if (path.size() < 2) {
+            return tl::make_unexpected("missing socket path");
+        }
+        url.unix_socket = path;
+    } else {
+        if (auto result = parse_host_port(authority, url); !result) {
+            return tl::make_unexpected(result.error());
+        }
+        if (path.size() > 1) {
+            auto db = parse_db(path.substr(1));
+            if (!db) {
+                return tl::make_unexpected(db.error());
+            }
+            url.db = *db;
+        }
+    }
+    if (auto result = parse_query(query, url); !result) {
+        return tl::make_unexpected(result.error());
+    }
+    return url;
+}
+
+} // namespace
+
+tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url) {
+    auto result = parse(url);
+    if (!result) {
+        return tl::make_unexpected(fmt::format("{} in {}; expected {}", result.error(),
+                                               quote(mask_redis_url(url)), k_redis_url_forms));
+    }
+    return result;
+}
+
+std::string mask_redis_url(std::string_view url) {
+    auto separator = url.find(k_scheme_separator);
+    if (separator == std::string_view::npos) {
+        return std::string(url);
+    }
+    std::size_t start = separator + k_scheme_separator.size();
+    std::size_t end = url.find_first_of("/?", start);
+    std::string_view authority =
+        url.substr(start, end == std::string_view::npos ? end : end - start);
+    auto at = authority.rfind('@');
+    if (at == std::string_view::npos) {
+        return std::string(url);
+    }
+    auto colon = authority.substr(0, at).find(':');
+    if (colon == std::string_view::npos || colon + 1 == at) {
+        return std::string(url);
+    }
+    std::string result(url);
+    result.replace(start + colon + 1, at - colon - 1, "***");
+    return result;
+}
+
+} // namespace pt2cache::config

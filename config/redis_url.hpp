@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+//
+// The Redis URL forms that TORCHINDUCTOR_REDIS_URL and remote.url accept:
+//   redis://[[username]:password@]host[:port][/db][?db=N]
+//   unix://[[username]:password@]/path[?db=N]
+// User name and password may be percent-encoded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <tl/expected.hpp>
+
+namespace pt2cache::config {
+
+struct RedisUrl {
+    std::string host;        // empty for unix://
+    std::uint16_t port = 0;  // 6379 when the URL has none; 0 for unix://
+    std::string unix_socket; // empty for redis://
+    std::string username;
+    std::string password;
+    unsigned db = 0;
+};
+
+// The forms above, for error messages.
+inline constexpr std::string_view k_redis_url_forms =
+    "redis://[user:password@]host[:port][/db] or unix:///path[?db=N]";
+
+// Parses `url`. The error names the problem and the accepted forms, and never
+// repeats the password.
+tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url);
+
+// `url` with the password (if any) replaced by "***", for display.
+std::string mask_redis_url(std::string_view url);
+
+} // namespace pt2cache::config
