@@ -1,0 +1,61 @@
+// Immutable, shared byte buffers: a memory-tier hit hands out the stored
+// buffer itself, never a copy.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace pt2cache::daemon::store {
+
+// A read-only view into a buffer that the view keeps alive. Copying a `Blob`
+// copies a pointer, not the bytes.
+class Blob {
+public:
+    Blob() = default;
+
+    // Takes ownership of `bytes`; the view covers all of it.
+    static Blob adopt(std::vector<std::byte>&& bytes) {
+        auto owner = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+        std::span<const std::byte> view(owner->data(), owner->size());
+        return Blob(std::move(owner), view);
+    }
+
+    // Copies `bytes` into a new buffer.
+    static Blob copy_of(std::span<const std::byte> bytes) {
+        return adopt(std::vector<std::byte>(bytes.begin(), bytes.end()));
+    }
+
+    static Blob copy_of(std::string_view text) {
+        return copy_of(std::as_bytes(std::span(text.data(), text.size())));
+    }
+
+    // A view of `view`, which must lie inside `*owner`.
+    Blob(std::shared_ptr<const std::vector<std::byte>> owner, std::span<const std::byte> view)
+        : m_owner(std::move(owner))
+        , m_view(view) {}
+
+    std::span<const std::byte> bytes() const { return m_view; }
+    std::string_view text() const {
+        return {reinterpret_cast<const char*>(m_view.data()), m_view.size()};
+    }
+    std::size_t size() const { return m_view.size(); }
+    bool empty() const { return m_view.empty(); }
+
+    // A view of `length` bytes starting at `offset` of this view, sharing the
+    // same buffer. The range must lie inside this view.
+    Blob slice(std::size_t offset, std::size_t length) const {
+        return Blob(m_owner, m_view.subspan(offset, length));
+    }
+
+    // True when both views share one buffer (used by tests of zero-copy hits).
+    bool shares_buffer_with(const Blob& other) const { return m_owner == other.m_owner; }
+
+private:
+    std::shared_ptr<const std::vector<std::byte>> m_owner;
+    std::span<const std::byte> m_view;
+};
+
+} // namespace pt2cache::daemon::store

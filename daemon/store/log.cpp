@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/log.hpp"
+
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+spdlog::logger& logger() {
+    if (const auto registered = spdlog::get("store")) {
+        // The registry keeps it alive for the rest of the process.
+        return *registered;
+    }
+    static const std::shared_ptr<spdlog::logger> fallback =
+        spdlog::default_logger()->clone("store");
+    return *fallback;
+}
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/stats.hpp"
+
+#include <chrono>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+std::int64_t steady_ns() {
+    using namespace std::chrono;
+    return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+nlohmann::json tier_json(const TierCounters& counters) {
+    const auto load = [](const std::atomic<std::uint64_t>& value) {
+        return value.load(std::memory_order_relaxed);
+    };
+    return {
+        {"hits", load(counters.hits)},           {"misses", load(counters.misses)},
+        {"puts", load(counters.puts)},           {"bytes_in", load(counters.bytes_in)},
+        {"bytes_out", load(counters.bytes_out)}, {"evictions", load(counters.evictions)},
+        {"corrupt", load(counters.corrupt)},     {"errors", load(counters.errors)},
+    };
+}
+
+} // namespace
+
+std::string_view tier_name(TierId tier) {
+    switch (tier) {
+    case TierId::memory:
+        return "memory";
+    case TierId::disk:
+        return "disk";
+    case TierId::remote:
+        return "remote";
+    }
+    return "unknown";
+}
+
+Stats::Stats()
+    : m_started_ns(steady_ns()) {}
+
+NamespaceCounters& Stats::ns(std::string_view ns) {
+    {
+        std::shared_lock lock(m_mutex);
+        if (auto it = m_namespaces.find(ns); it != m_namespaces.end()) {
+            return *it->second;
+        }
+    }
+    // First sight of `ns`: allocate outside the lock, insert under it. A racing
+    // thread may have inserted meanwhile; `try_emplace` then keeps its counters.
+    auto fresh = std::make_unique<NamespaceCounters>();
+    std::string name(ns);
+    std::unique_lock lock(m_mutex);
+    auto [it, inserted] = m_namespaces.try_emplace(std::move(name), std::move(fresh));
+    return *it->second;
+}
+
+double Stats::uptime_seconds() const {
+    return static_cast<double>(steady_ns() - m_started_ns) / 1e9;
+}
+
+nlohmann::json Stats::to_json() const {
+    const auto load = [](const std::atomic<std::uint64_t>& value) {
+        return value.load(std::memory_order_relaxed);
+    };
+    nlohmann::json namespaces = nlohmann::json::object();
+    {
+        std::shared_lock lock(m_mutex);
+        for (const auto& [name, counters] : m_namespaces) {
+            nlohmann::json tiers = nlohmann::json::object();
+            for (int i = 0; i < k_tier_count; ++i) {
+                tiers[std::string(tier_name(static_cast<TierId>(i)))] =
+                    tier_json(counters->tiers[i]);
+            }
+            namespaces[name] = std::move(tiers);
+        }
+    }
+    return {
+        {"uptime_s", uptime_seconds()},
+        {"daemon",
+         {
+             {"connections_accepted", load(m_daemon.connections_accepted)},
+             {"connections_active", load(m_daemon.connections_active)},
+             {"peers_refused", load(m_daemon.peers_refused)},
+             {"protocol_errors", load(m_daemon.protocol_errors)},
+             {"requests", load(m_daemon.requests)},
+         }},
+        {"namespaces", std::move(namespaces)},
+    };
+}
+
+} // namespace pt2cache::daemon::store

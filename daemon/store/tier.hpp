@@ -1,0 +1,76 @@
+// One storage tier (memory, disk, remote) behind one interface; `Store` chains
+// them. Tiers are thread-safe. The memory tier never blocks for long; the disk
+// and remote tiers block and are called off the Asio threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/store/blob.hpp"
+
+#include <tl/expected.hpp>
+
+namespace pt2cache::daemon::store {
+
+enum class Failure {
+    io,          // the operating system refused (disk full, permissions...)
+    corrupt,     // stored bytes failed verification
+    too_large,   // over a configured limit
+    timeout,     // a remote deadline passed
+    unavailable, // the tier is suspended or disabled
+};
+
+struct StoreError {
+    Failure failure;
+    std::string message;
+};
+
+// Milliseconds since the Unix epoch.
+using UnixMs = std::int64_t;
+
+struct Entry {
+    Blob value;
+    UnixMs created_ms = 0;
+    UnixMs expires_ms = 0; // 0: never
+
+    bool expired(UnixMs now) const { return expires_ms != 0 && expires_ms <= now; }
+};
+
+struct EntryInfo {
+    std::string key;
+    std::uint64_t size = 0;
+    UnixMs mtime_ms = 0;
+};
+
+struct ListPage {
+    std::vector<EntryInfo> entries;
+    std::string next_cursor; // empty: no more entries
+};
+
+class Tier {
+public:
+    virtual ~Tier() = default;
+
+    // "memory", "disk" or "remote": the name used in stats and logs.
+    virtual std::string_view name() const = 0;
+
+    // A live entry, std::nullopt for a miss (an expired entry is a miss).
+    virtual tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
+                                                               std::string_view key) = 0;
+
+    virtual tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
+                                               const Entry& entry) = 0;
+
+    // True when an entry was removed.
+    virtual tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) = 0;
+
+    // Removes every entry of `ns`; returns how many.
+    virtual tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) = 0;
+};
+
+UnixMs now_ms();
+
+} // namespace pt2cache::daemon::store
