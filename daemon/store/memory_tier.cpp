@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/memory_tier.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace pt2cache::daemon::store {
+
+MemoryTier::MemoryTier(std::uint64_t capacity_bytes, Stats& stats)
+    : m_capacity(capacity_bytes)
+    , m_stats(stats) {}
+
+MemoryTier::~MemoryTier() = default;
+
+std::uint64_t MemoryTier::charge_of(std::string_view ns, std::string_view key,
+                                    std::uint64_t value_size) {
+    return value_size + ns.size() + key.size() + k_entry_overhead;
+}
+
+std::string MemoryTier::make_id(std::string_view ns, std::string_view key) {
+    std::string id;
+    id.reserve(ns.size() + 1 + key.size());
+    id.append(ns);
+    id.push_back('\0');
+    id.append(key);
+    return id;
+}
+
+void MemoryTier::unlink_locked(Map::iterator it, List& out) {
+    const List::iterator node = it->second;
+    m_size -= node->charge;
+    // Erase the map entry first: its key views the node's id.
+    m_map.erase(it);
+    out.splice(out.end(), m_lru, node);
+}
+
+void MemoryTier::count_evictions(const List& evicted) {
+    for (const Node& node : evicted) {
+        m_stats.tier(node.ns(), TierId::memory).evictions.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view key) {
+    if (!enabled()) {
+        return std::nullopt;
+    }
+    const std::string id = make_id(ns, key);
+    const UnixMs now = now_ms();
+    List dropped; // destroyed after the lock is released
+    std::lock_guard lock(m_mutex);
+    const auto it = m_map.find(id);
+    if (it == m_map.end()) {
+        return std::nullopt;
+    }
+    if (it->second->entry.expired(now)) {
+        unlink_locked(it, dropped);
+        return std::nullopt;
+    }
+    m_lru.splice(m_lru.begin(), m_lru, it->second);
+    return it->second->entry; // copies a pointer, not the bytes
+}
+
+tl::expected<std::optional<Entry>, StoreError> MemoryTier::get(std::string_view ns,
+                                                               std::string_view key) {
+    return lookup(ns, key);
+}
+
+tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_view key,
+                                               const Entry& entry) {
+    if (!enabled()) {
+        return {};
+    }
+    const std::uint64_t charge = charge_of(ns, key, entry.value.size());
+    // Build the list node and the map node before locking, so the critical
+    // section only relinks them.
+    List fresh;
+    fresh.push_back(Node{make_id(ns, key), ns.size(), entry, charge});
+    Map staging;
+    staging.emplace(std::string_view(fresh.front().id), fresh.begin());
+    auto map_node = staging.extract(staging.begin());
+
+    List replaced; // destroyed after the lock is released
+    List evicted;
+    {
+        std::lock_guard lock(m_mutex);
+        if (const auto it = m_map.find(map_node.key()); it != m_map.end()) {
+            unlink_locked(it, replaced);
+        }
+        if (charge > m_capacity) {
+            // Not stored; the older value (if any) is gone, so it is never
+            // served after a newer put.
+            return {};
+        }
+        m_lru.splice(m_lru.begin(), fresh);
+        m_map.insert(std::move(map_node));
+        m_size += charge;
+        while (m_size > m_capacity) {
+            unlink_locked(m_map.find(m_lru.back().id), evicted);
+        }
+    }
+    count_evictions(evicted);
+    return {};
+}
+
+tl::expected<bool, StoreError> MemoryTier::remove(std::string_view ns, std::string_view key) {
+    if (!enabled()) {
+        return false;
+    }
+    const std::string id = make_id(ns, key);
+    List removed;
+    std::lock_guard lock(m_mutex);
+    const auto it = m_map.find(id);
+    if (it == m_map.end()) {
+        return false;
+    }
+    unlink_locked(it, removed);
+    return true;
+}
+
+tl::expected<std::uint64_t, StoreError> MemoryTier::clear(std::string_view ns) {
+    List removed;
+    std::uint64_t count = 0;
+    std::lock_guard lock(m_mutex);
+    for (auto node = m_lru.begin(); node != m_lru.end();) {
+        const auto next = std::next(node);
+        if (node->ns() == ns) {
+            unlink_locked(m_map.find(node->id), removed);
+            ++count;
+        }
+        node = next;
+    }
+    return count;
+}
+
+bool MemoryTier::contains(std::string_view ns, std::string_view key) const {
+    if (!enabled()) {
+        return false;
+    }
+    const std::string id = make_id(ns, key);
+    const UnixMs now = now_ms();
+    std::lock_guard lock(m_mutex);
+    const auto it = m_map.find(id);
+    return it != m_map.end() && !it->second->entry.expired(now);
+}
+
+ListPage MemoryTier::list(std::string_view ns, std::string_view cursor, std::size_t limit) const {
+    limit = std::max<std::size_t>(limit, 1);
+    const UnixMs now = now_ms();
+    std::vector<EntryInfo> all;
+    {
+        // Listing is an administrative request; copying keys under the lock
+        // is acceptable here.
+        std::lock_guard lock(m_mutex);
+        for (const Node& node : m_lru) {
+            if (node.ns() == ns && !node.entry.expired(now) && node.key() > cursor) {
+                all.push_back(
+                    {std::string(node.key()), node.entry.value.size(), node.entry.created_ms});
+            }
+        }
+    }
+    std::sort(all.begin(), all.end(),
+              [](const EntryInfo& a, const EntryInfo& b) { return a.key < b.key; });
+    ListPage page;
+    if (all.size() > limit) {
+        all.resize(limit);
+        page.next_cursor = all.back().key;
+    }
+    page.entries = std::move(all);
+    return page;
+}
+
+std::uint64_t MemoryTier::size_bytes() const {
+    std::lock_guard lock(m_mutex);
+    return m_size;
+}
+
+std::size_t MemoryTier::count() const {
+    std::lock_guard lock(m_mutex);
+    return m_map.size();
+}
+
+} // namespace pt2cache::daemon::store

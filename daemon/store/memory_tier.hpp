@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+// The memory tier: a byte-bounded LRU of shared, immutable values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "daemon/store/stats.hpp"
+#include "daemon/store/tier.hpp"
+
+namespace pt2cache::daemon::store {
+
+// Thread-safe LRU bounded by bytes. An entry is charged its value size plus
+// its key and namespace plus `k_entry_overhead`. A hit hands out the stored
+// buffer (no copy). One mutex guards the LRU; no value bytes are allocated,
+// copied or freed while it is held.
+class MemoryTier final : public Tier {
+public:
+    static constexpr std::uint64_t k_entry_overhead = 64;
+
+    // `capacity_bytes` 0 disables the tier: it stores nothing. Evictions are
+    // counted in `stats`, which must outlive the tier.
+    MemoryTier(std::uint64_t capacity_bytes, Stats& stats);
+    ~MemoryTier() override;
+    MemoryTier(const MemoryTier&) = delete;
+    MemoryTier& operator=(const MemoryTier&) = delete;
+
+    std::string_view name() const override { return "memory"; }
+
+    // Never fails; an expired entry is dropped and missed.
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
+                                                       std::string_view key) override;
+
+    // Never fails. An entry charged more than the capacity is not stored (and
+    // an older value of the same key is dropped).
+    tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
+                                       const Entry& entry) override;
+
+    tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
+    tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
+
+    // `get` without the wrapper; refreshes the entry's LRU position.
+    std::optional<Entry> lookup(std::string_view ns, std::string_view key);
+
+    // True when a live entry exists; leaves the LRU order alone.
+    bool contains(std::string_view ns, std::string_view key) const;
+
+    // Live entries of `ns` in ascending key order, after `cursor` (the last key
+    // of the previous page; empty for the first page). `mtime_ms` is the
+    // creation time. `next_cursor` is empty on the last page.
+    ListPage list(std::string_view ns, std::string_view cursor, std::size_t limit) const;
+
+    std::uint64_t size_bytes() const;
+    std::size_t count() const;
+    std::uint64_t capacity() const { return m_capacity; }
+    bool enabled() const { return m_capacity > 0; }
+
+    // What an entry costs against the capacity.
+    static std::uint64_t charge_of(std::string_view ns, std::string_view key,
+                                   std::uint64_t value_size);
+
+private:
+    struct Node {
+        std::string id; // ns '\0' key
+        std::size_t ns_size = 0;
+        Entry entry;
+        std::uint64_t charge = 0;
+
+        std::string_view ns() const { return std::string_view(id).substr(0, ns_size); }
+        std::string_view key() const { return std::string_view(id).substr(ns_size + 1); }
+    };
+    using List = std::list<Node>;
+    // Keys view `Node::id`, which lives as long as its map entry.
+    using Map = std::unordered_map<std::string_view, List::iterator>;
+
+    static std::string make_id(std::string_view ns, std::string_view key);
+    // Unlinks `it` into `out`. Requires `m_mutex`.
+    void unlink_locked(Map::iterator it, List& out);
+    void count_evictions(const List& evicted);
+
+    const std::uint64_t m_capacity;
+    Stats& m_stats;
+
+    mutable std::mutex m_mutex;
+    List m_lru; // most recently used first
+    Map m_map;
+    std::uint64_t m_size = 0;
+};
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: MIT
+#include <atomic>
+#include <thread>
+
+#include "daemon/store/memory_tier.hpp"
+#include "tests/daemon/store/helpers.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+using namespace pt2cache::daemon::store;
+using pt2cache::tests::make_entry;
+using pt2cache::tests::random_bytes;
+
+namespace {
+
+// The charge of a 100-byte value under ns "t" and a 2-byte key.
+constexpr std::uint64_t k_charge = 100 + 1 + 2 + MemoryTier::k_entry_overhead;
+
+bool has(MemoryTier& tier, std::string_view key) {
+    return tier.lookup("t", key).has_value();
+}
+
+} // namespace
+
+TEST_CASE("memory tier charges value, key, namespace and overhead", "[store][memory]") {
+    CHECK(MemoryTier::charge_of("t", "k1", 100) == 167);
+    CHECK(k_charge == 167);
+}
+
+TEST_CASE("memory tier evicts the least recently used entry", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(3 * k_charge, stats);
+    REQUIRE(tier.put("t", "k1", make_entry(random_bytes(100, 1))));
+    REQUIRE(tier.put("t", "k2", make_entry(random_bytes(100, 2))));
+    REQUIRE(tier.put("t", "k3", make_entry(random_bytes(100, 3))));
+    CHECK(tier.size_bytes() == 3 * k_charge);
+    CHECK(tier.count() == 3);
+
+    // k1 becomes the most recently used; k2 is now the oldest.
+    REQUIRE(has(tier, "k1"));
+    REQUIRE(tier.put("t", "k4", make_entry(random_bytes(100, 4))));
+
+    CHECK(tier.count() == 3);
+    CHECK(tier.size_bytes() == 3 * k_charge);
+    CHECK_FALSE(has(tier, "k2"));
+    CHECK(has(tier, "k1"));
+    CHECK(has(tier, "k3"));
+    CHECK(has(tier, "k4"));
+    CHECK(stats.tier("t", TierId::memory).evictions == 1);
+
+    // The lookups above left the order k4, k3, k1 (most recent first);
+    // contains() does not refresh k1, so k1 goes next.
+    CHECK(tier.contains("t", "k1"));
+    REQUIRE(tier.put("t", "k5", make_entry(random_bytes(100, 5))));
+    CHECK_FALSE(tier.contains("t", "k1"));
+    CHECK(tier.contains("t", "k3"));
+    CHECK(stats.tier("t", TierId::memory).evictions == 2);
+}
+
+TEST_CASE("memory tier stays within its byte bound", "[store][memory]") {
+    Stats stats;
+    const std::uint64_t capacity = 10'000;
+    MemoryTier tier(capacity, stats);
+    std::uint64_t evictions_expected = 0;
+    for (int i = 0; i < 200; ++i) {
+        const std::size_t size = static_cast<std::size_t>(50 + (i * 37) % 900);
+        REQUIRE(tier.put("t", "key" + std::to_string(i), make_entry(random_bytes(size, i))));
+        REQUIRE(tier.size_bytes() <= capacity);
+    }
+    // The newest entry always survives.
+    CHECK(tier.contains("t", "key199"));
+    CHECK_FALSE(tier.contains("t", "key0"));
+    evictions_expected = 200 - tier.count();
+    CHECK(stats.tier("t", TierId::memory).evictions == evictions_expected);
+}
+
+TEST_CASE("memory tier hit shares the stored buffer", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1 << 20, stats);
+    const Entry stored = make_entry(random_bytes(4096));
+    REQUIRE(tier.put("t", "k", stored));
+    const auto hit = tier.get("t", "k");
+    REQUIRE(hit);
+    REQUIRE(hit->has_value());
+    CHECK((*hit)->value.shares_buffer_with(stored.value));
+    CHECK((*hit)->value.bytes().data() == stored.value.bytes().data());
+    CHECK((*hit)->created_ms == stored.created_ms);
+}
+
+TEST_CASE("memory tier drops expired entries", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1 << 20, stats);
+    const UnixMs now = now_ms();
+    REQUIRE(tier.put("t", "old", make_entry("v", now - 1)));
+    REQUIRE(tier.put("t", "new", make_entry("v", now + 60'000)));
+    CHECK(tier.count() == 2);
+    CHECK_FALSE(tier.contains("t", "old"));
+    CHECK_FALSE(tier.lookup("t", "old"));
+    CHECK(tier.count() == 1);
+    CHECK(tier.size_bytes() == MemoryTier::charge_of("t", "new", 1));
+    CHECK(tier.lookup("t", "new"));
+}
+
+TEST_CASE("memory tier does not store an entry larger than its capacity", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1000, stats);
+    REQUIRE(tier.put("t", "k", make_entry("small")));
+    REQUIRE(tier.count() == 1);
+    const auto put = tier.put("t", "k", make_entry(random_bytes(1000)));
+    CHECK(put.has_value());
+    CHECK(tier.count() == 0);
+    CHECK(tier.size_bytes() == 0);
+    // The older value is gone rather than served after the newer put.
+    CHECK_FALSE(tier.lookup("t", "k"));
+    CHECK(stats.tier("t", TierId::memory).evictions == 0);
+}
+
+TEST_CASE("memory tier with capacity 0 stores nothing", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(0, stats);
+    CHECK_FALSE(tier.enabled());
+    REQUIRE(tier.put("t", "k", make_entry("v")));
+    CHECK(tier.count() == 0);
+    CHECK_FALSE(tier.lookup("t", "k"));
+}
+
+TEST_CASE("memory tier overwrite, remove and clear", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1 << 20, stats);
+    REQUIRE(tier.put("a", "k", make_entry("one")));
+    REQUIRE(tier.put("a", "k", make_entry("three")));
+    CHECK(tier.count() == 1);
+    CHECK(tier.size_bytes() == MemoryTier::charge_of("a", "k", 5));
+    CHECK(tier.lookup("a", "k")->value.text() == "three");
+
+    // Namespaces are separate even when ns + key concatenate alike.
+    REQUIRE(tier.put("a", "bk", make_entry("x")));
+    REQUIRE(tier.put("ab", "k", make_entry("y")));
+    CHECK(tier.lookup("a", "bk")->value.text() == "x");
+    CHECK(tier.lookup("ab", "k")->value.text() == "y");
+
+    CHECK(tier.remove("a", "k").value() == true);
+    CHECK(tier.remove("a", "k").value() == false);
+
+    REQUIRE(tier.put("b", "k1", make_entry("1")));
+    REQUIRE(tier.put("b", "k2", make_entry("2")));
+    CHECK(tier.clear("b").value() == 2);
+    CHECK(tier.clear("b").value() == 0);
+    CHECK(tier.count() == 2);
+    CHECK(tier.contains("a", "bk"));
+    CHECK(tier.contains("ab", "k"));
+}
+
+TEST_CASE("memory tier lists a namespace in key order", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1 << 20, stats);
+    for (int i = 0; i < 25; ++i) {
+        const std::string key = fmt::format("key{:02}", i);
+        REQUIRE(tier.put("t", key, make_entry(std::string(static_cast<std::size_t>(i), 'x'))));
+    }
+    REQUIRE(tier.put("other", "zzz", make_entry("v")));
+    std::vector<std::string> keys;
+    std::string cursor;
+    int pages = 0;
+    do {
+        const ListPage page = tier.list("t", cursor, 10);
+        for (const EntryInfo& info : page.entries) {
+            keys.push_back(info.key);
+            CHECK(info.size == std::stoul(info.key.substr(3)));
+        }
+        cursor = page.next_cursor;
+        ++pages;
+    } while (!cursor.empty());
+    CHECK(pages == 3);
+    REQUIRE(keys.size() == 25);
+    for (int i = 0; i < 25; ++i) {
+        CHECK(keys[static_cast<std::size_t>(i)] == fmt::format("key{:02}", i));
+    }
+}
+
+TEST_CASE("memory tier survives concurrent use", "[store][memory]") {
+    Stats stats;
+    const std::uint64_t capacity = 64 * 1024;
+    MemoryTier tier(capacity, stats);
+    std::atomic<bool> bad{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 2000; ++i) {
+                const std::string key = "k" + std::to_string((i * 7 + t) % 64);
+                if (i % 3 == 0) {
+                    tier.put("t", key, make_entry(std::string(1000, static_cast<char>('a' + t))));
+                } else if (auto hit = tier.lookup("t", key)) {
+                    const auto text = hit->value.text();
+                    if (text.size() != 1000 || text.find_first_not_of(text[0]) != text.npos) {
+                        bad = true;
+                    }
+                }
+                if (tier.size_bytes() > capacity) {
+                    bad = true;
+                }
+            }
+        });
+    }
+    for (auto& thread : threads) {
+        thread.join();
+    }
+    CHECK_FALSE(bad);
+    CHECK(tier.size_bytes() <= capacity);
+}
