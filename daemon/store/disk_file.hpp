@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// File-level helpers of the disk tier: reading an entry file's header and
+// removing a file only if it is still the one that was read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <sys/stat.h>
+
+#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/tier.hpp"
+
+#include <tl/expected.hpp>
+
+namespace pt2cache::daemon::store {
+
+struct EntryFileHeader {
+    EntryHeader header;
+    std::uint64_t size = 0; // of the file
+    UnixMs mtime_ms = 0;
+};
+
+// The header, ns and key of the regular file open as `fd`, checked against
+// the file's real size. Reads only the first bytes.
+tl::expected<EntryFileHeader, std::string> read_entry_header(int fd);
+
+// Unlinks `path` if it still names the file open as `fd` (a concurrent put
+// may have renamed a fresh file over it). True when unlinked.
+bool remove_if_same(const std::string& path, int fd);
+
+UnixMs mtime_ms(const struct stat& info);
+
+} // namespace pt2cache::daemon::store

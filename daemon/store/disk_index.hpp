@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// The disk tier's in-memory index: entry files in LRU order with their sizes
+// and the total, so eviction knows what to remove without walking the disk.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "daemon/store/tier.hpp"
+#include "daemon/store/xxh3.hpp"
+
+namespace pt2cache::daemon::store {
+
+// Thread-safe. Until `merge_scan` runs the index only knows the files touched
+// since startup; the startup scan then adds the rest behind them.
+class DiskIndex {
+public:
+    struct Victim {
+        std::string ns;
+        Hash128 id;
+        std::uint64_t size = 0;
+    };
+    struct ScannedFile {
+        std::string ns;
+        Hash128 id;
+        std::uint64_t size = 0;
+        UnixMs mtime_ms = 0;
+    };
+
+    // Records a file as the most recently used, with its current size.
+    void record(std::string_view ns, const Hash128& id, std::uint64_t size);
+
+    // Forgets a removed file.
+    void erase(const Hash128& id);
+
+    // Removes and returns the least recently used file, if any.
+    std::optional<Victim> pop_least_recent();
+
+    // Adds the startup scan's files behind everything already known (older
+    // mtime = less recently used), skipping files recorded or erased since
+    // startup: the index knows better about those.
+    void merge_scan(std::vector<ScannedFile> scanned);
+
+    std::uint64_t total_bytes() const { return m_total.load(std::memory_order_relaxed); }
+    std::size_t count() const;
+
+private:
+    struct Node {
+        Hash128 id;
+        std::uint32_t ns_index = 0;
+        std::uint64_t size = 0;
+    };
+    struct HashOf {
+        std::size_t operator()(const Hash128& id) const { return id.low; }
+    };
+    using List = std::list<Node>;
+
+    std::uint32_t intern_locked(std::string_view ns);
+
+    mutable std::mutex m_mutex;
+    List m_lru; // most recently used first
+    std::unordered_map<Hash128, List::iterator, HashOf> m_map;
+    std::vector<std::string> m_ns_names;
+    std::map<std::string, std::uint32_t, std::less<>> m_ns_indexes;
+    bool m_scanning = true;
+    std::unordered_set<Hash128, HashOf> m_erased_while_scanning;
+    std::atomic<std::uint64_t> m_total{0};
+};
+
+} // namespace pt2cache::daemon::store

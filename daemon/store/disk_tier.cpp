@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/disk_tier.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk_file.hpp"
+#include "daemon/store/log.hpp"
+#include "daemon/store/posix_file.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+constexpr unsigned k_dir_mode = 0700;
+constexpr unsigned k_file_mode = 0600;
+
+StoreError io_error(std::string message) {
+    return StoreError{Failure::io, std::move(message)};
+}
+
+StoreError bad_namespace(std::string_view ns) {
+    return io_error(fmt::format("invalid namespace {:?}", ns));
+}
+
+} // namespace
+
+DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats)
+    : m_layout(root)
+    , m_options(options)
+    , m_stats(stats) {
+    if (!enabled()) {
+        m_scan_complete.store(true, std::memory_order_release);
+        return;
+    }
+    if (const auto made = make_dir(m_layout.versioned(), k_dir_mode); !made) {
+        // Created on the first put instead (which reports any lasting error).
+        logger().debug("cannot create {} yet: {}", m_layout.versioned(), errno_text(made.error()));
+    }
+    m_scan_thread = std::thread([this] { scan(); });
+    m_evict_thread = std::thread([this] { evict_loop(); });
+}
+
+DiskTier::~DiskTier() {
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop = true;
+        m_stop_requested.store(true, std::memory_order_relaxed);
+    }
+    m_wake.notify_all();
+    if (m_scan_thread.joinable()) {
+        m_scan_thread.join();
+    }
+    if (m_evict_thread.joinable()) {
+        m_evict_thread.join();
+    }
+}
+
+void DiskTier::wait_for_scan() {
+    std::unique_lock lock(m_mutex);
+    m_wake.wait(lock, [this] { return m_stop || scan_complete(); });
+}
+
+void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id,
+                               int fd, std::string_view reason) {
+    m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);
+    logger().warn("removing broken cache file {}: {}", path, reason);
+    const bool removed = fd >= 0 ? remove_if_same(path, fd) : ::unlink(path.c_str()) == 0;
+    if (removed) {
+        m_index.erase(id);
+    }
+}
+
+tl::expected<std::optional<Entry>, StoreError> DiskTier::get(std::string_view ns,
+                                                             std::string_view key) {
+    if (!is_valid_namespace(ns)) {
+        return tl::make_unexpected(bad_namespace(ns));
+    }
+    if (!enabled() || key.size() > k_entry_max_key_size) {
+        return std::nullopt;
+    }
+    const Hash128 id = entry_hash(ns, key);
+    const std::string hex = id.hex();
+    const std::string path = m_layout.entry_path(ns, hex);
+    auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
+    if (!fd) {
+        if (fd.error() == ENOENT || fd.error() == ENOTDIR) {
+            return std::nullopt;
+        }
+        if (fd.error() == ELOOP) {
+            discard_corrupt(ns, path, id, -1, "a symbolic link");
+            return std::nullopt;
+        }
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot open {}: {}", path, errno_text(fd.error()))));
+    }
+    struct stat info {};
+    if (::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        return std::nullopt;
+    }
+    auto header = read_entry_header(fd->get());
+    if (!header) {
+        discard_corrupt(ns, path, id, fd->get(), header.error());
+        return std::nullopt;
+    }
+    if (header->header.ns != ns || header->header.key != key) {
+        // Another key with the same hash, or a stray entry: not ours.
+        return std::nullopt;
+    }
+    if (header->header.expired(now_ms())) {
+        if (remove_if_same(path, fd->get())) {
+            m_index.erase(id);
+        }
+        return std::nullopt;
+    }
+
+    std::vector<std::byte> bytes(static_cast<std::size_t>(header->size));
+    const auto got = read_at(fd->get(), 0, bytes);
+    if (!got) {
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot read {}: {}", path, errno_text(got.error()))));
+    }
+    if (*got != bytes.size()) {
+        discard_corrupt(ns, path, id, fd->get(), "shorter than its size");
+        return std::nullopt;
+    }
+    auto decoded = decode(Blob::adopt(std::move(bytes)));
+    if (!decoded) {
+        discard_corrupt(ns, path, id, fd->get(), decoded.error());
+        return std::nullopt;
+    }
+    // Refresh the mtime so the LRU order survives a restart. Failure only
+    // costs LRU accuracy.
+    ::futimens(fd->get(), nullptr);
+    m_index.record(ns, id, header->size);
+    return std::move(decoded->entry);
+}
+
+tl::expected<bool, StoreError> DiskTier::exists(std::string_view ns, std::string_view key) {
+    if (!is_valid_namespace(ns)) {
+        return tl::make_unexpected(bad_namespace(ns));
+    }
+    if (!enabled() || key.size() > k_entry_max_key_size) {
+        return false;
+    }
+    const std::string path = m_layout.entry_path(ns, entry_hash(ns, key).hex());
+    auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
+    if (!fd) {
+        if (fd.error() == ENOENT || fd.error() == ENOTDIR || fd.error() == ELOOP) {
+            return false;
+        }
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot open {}: {}", path, errno_text(fd.error()))));
+    }
+    struct stat info {};
+    if (::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        return false;
+    }
+    const auto header = read_entry_header(fd->get());
+    return header && header->header.ns == ns && header->header.key == key &&
+           !header->header.expired(now_ms());
+}
+
+tl::expected<void, StoreError> DiskTier::ensure_dirs(std::string_view ns, std::string_view hex) {
+    std::vector<std::string> dirs;
+    std::filesystem::path prefix;
+    for (const auto& part : std::filesystem::path(m_layout.root())) {
+        prefix /= part;
+        dirs.push_back(prefix.string());
+    }
+    dirs.push_back(m_layout.versioned());
+    dirs.push_back(m_layout.ns_dir(ns));
+    dirs.push_back(m_layout.shard_dir(ns, hex));
+    for (const std::string& dir : dirs) {
+        if (const auto made = make_dir(dir, k_dir_mode); !made) {
+            return tl::make_unexpected(
+                io_error(fmt::format("cannot create {}: {}", dir, errno_text(made.error()))));
+        }
+    }
+    return {};
+}
+
+tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_view key,
+                                             const Entry& entry) {
+    if (!is_valid_namespace(ns)) {
+        return tl::make_unexpected(bad_namespace(ns));
+    }
+    if (key.size() > k_entry_max_key_size) {
+        return tl::make_unexpected(
+            StoreError{Failure::too_large, fmt::format("key of {} bytes is too long", key.size())});
+    }
+    if (!enabled()) {
+        return {};
+    }
+    const Hash128 id = entry_hash(ns, key);
+    const std::string hex = id.hex();
+    const EncodedEntry encoded =
+        encode_parts(ns, key, entry, m_options.compress_threshold, m_options.compress_level);
+
+    const std::string final_path = m_layout.entry_path(ns, hex);
+    const std::string temp_path =
+        fmt::format("{}/{}", m_layout.shard_dir(ns, hex),
+                    temp_name(hex, static_cast<long>(::getpid()),
+                              m_temp_counter.fetch_add(1, std::memory_order_relaxed)));
+    constexpr int k_create = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW;
+    auto fd = open_fd(temp_path, k_create, k_file_mode);
+    if (!fd && fd.error() == ENOENT) {
+        if (auto made = ensure_dirs(ns, hex); !made) {
+            return tl::make_unexpected(std::move(made.error()));
+        }
+        fd = open_fd(temp_path, k_create, k_file_mode);
+    }
+    if (!fd) {
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot create {}: {}", temp_path, errno_text(fd.error()))));
+    }
+    // No fsync: a file torn by a crash fails its checksum and is a miss.
+    const std::array<std::span<const std::byte>, 3> parts = {
+        std::span<const std::byte>(encoded.head), encoded.payload,
+        std::span<const std::byte>(encoded.trailer)};
+    int error = 0;
+    if (const auto written = write_all(fd->get(), parts); !written) {
+        error = written.error();
+    }
+    if (const int closed = fd->close(); error == 0) {
+        error = closed;
+    }
+    if (error == 0 && ::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+        error = errno;
+    }
+    if (error != 0) {
+        ::unlink(temp_path.c_str());
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot write {}: {}", final_path, errno_text(error))));
+    }
+    m_index.record(ns, id, encoded.size());
+    wake_evictor_if_needed();
+    return {};
+}
+
+tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string_view key) {
+    if (!is_valid_namespace(ns)) {
+        return tl::make_unexpected(bad_namespace(ns));
+    }
+    if (!enabled() || key.size() > k_entry_max_key_size) {
+        return false;
+    }
+    const Hash128 id = entry_hash(ns, key);
+    const std::string path = m_layout.entry_path(ns, id.hex());
+    if (::unlink(path.c_str()) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            return false;
+        }
+        return tl::make_unexpected(
+            io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno))));
+    }
+    m_index.erase(id);
+    return true;
+}
+
+void DiskTier::wake_evictor_if_needed() {
+    if (m_index.total_bytes() <= m_options.max_size) {
+        return;
+    }
+    // Taking the mutex orders this wake-up after the evictor's predicate
+    // check, so it cannot be lost.
+    { std::lock_guard lock(m_mutex); }
+    m_wake.notify_all();
+}
+
+void DiskTier::evict_loop() {
+    const std::uint64_t target = m_options.max_size / 10 * 9;
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+        m_wake.wait(lock, [this] {
+            return m_stop || (scan_complete() && m_index.total_bytes() > m_options.max_size);
+        });
+        if (m_stop) {
+            return;
+        }
+        lock.unlock();
+        std::uint64_t files = 0;
+        while (!m_stop_requested.load(std::memory_order_relaxed) &&
+               m_index.total_bytes() > target) {
+            const auto victim = m_index.pop_least_recent();
+            if (!victim) {
+                break;
+            }
+            const std::string path = m_layout.entry_path(victim->ns, victim->id.hex());
+            if (::unlink(path.c_str()) == 0) {
+                ++files;
+                m_stats.tier(victim->ns, TierId::disk)
+                    .evictions.fetch_add(1, std::memory_order_relaxed);
+            } else if (errno != ENOENT) {
+                logger().warn("cannot evict {}: {}", path, errno_text(errno));
+            }
+        }
+        logger().debug("evicted {} files, {} bytes left", files, m_index.total_bytes());
+        lock.lock();
+    }
+}
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// The disk tier: one self-describing file per entry (see disk_entry.hpp and
+// disk_layout.hpp), written atomically, bounded by size with LRU eviction on a
+// background thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "daemon/store/disk_index.hpp"
+#include "daemon/store/disk_layout.hpp"
+#include "daemon/store/stats.hpp"
+#include "daemon/store/tier.hpp"
+
+namespace pt2cache::daemon::store {
+
+struct DiskOptions {
+    std::uint64_t max_size = 10ULL << 30;    // bytes of entry files; 0 disables the tier
+    std::uint64_t compress_threshold = 4096; // values at least this big are compressed
+    int compress_level = 1;                  // zstd level
+};
+
+// Thread-safe. get/put/remove work on paths directly and are served from the
+// moment of construction; a background scan builds the size index meanwhile.
+// When the files exceed `max_size`, a background thread removes the least
+// recently used ones (last read or write; file mtimes across restarts) until
+// they fit in 90% of it. Broken files are misses, removed and counted in
+// `Stats` as `corrupt`; nothing here throws on bad data.
+class DiskTier final : public Tier {
+public:
+    // Starts the scan and eviction threads (unless `options.max_size` is 0).
+    // `stats` must outlive the tier.
+    DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats);
+    // Stops and joins both threads; an unfinished scan is abandoned.
+    ~DiskTier() override;
+    DiskTier(const DiskTier&) = delete;
+    DiskTier& operator=(const DiskTier&) = delete;
+
+    std::string_view name() const override { return "disk"; }
+
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
+                                                       std::string_view key) override;
+    tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
+                                       const Entry& entry) override;
+    tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
+    tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
+
+    // True when a live entry of `ns`/`key` exists. Reads only the file's
+    // header (the checksum is verified by `get`), leaves its mtime alone.
+    tl::expected<bool, StoreError> exists(std::string_view ns, std::string_view key);
+
+    // Entries of `ns` in ascending file-name (hash) order after `cursor` (the
+    // last file name of the previous page; empty for the first). At most
+    // `limit` entries (at least 1); `next_cursor` is empty on the last page.
+    // Broken and expired files are skipped. `size` is the value's size.
+    tl::expected<ListPage, StoreError> list(std::string_view ns, std::string_view cursor,
+                                            std::size_t limit);
+
+    bool enabled() const { return m_options.max_size > 0; }
+    std::uint64_t capacity() const { return m_options.max_size; }
+    const DiskOptions& options() const { return m_options; }
+
+    bool scan_complete() const { return m_scan_complete.load(std::memory_order_acquire); }
+    // Bytes of the entry files the index knows (all of them once the scan is
+    // complete).
+    std::uint64_t size_bytes() const { return m_index.total_bytes(); }
+    std::size_t count() const { return m_index.count(); }
+
+    // Blocks until the startup scan has finished (for tests and tools).
+    void wait_for_scan();
+
+private:
+    void scan();
+    void evict_loop();
+    void wake_evictor_if_needed();
+
+    // A broken file: counted, logged and removed if `path` is still it.
+    void discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id, int fd,
+                         std::string_view reason);
+    tl::expected<void, StoreError> ensure_dirs(std::string_view ns, std::string_view hex);
+
+    const DiskLayout m_layout;
+    const DiskOptions m_options;
+    Stats& m_stats;
+    DiskIndex m_index;
+    std::atomic<std::uint64_t> m_temp_counter{0};
+
+    std::mutex m_mutex; // guards the wake-ups below
+    std::condition_variable m_wake;
+    bool m_stop = false;
+    std::atomic<bool> m_stop_requested{false};
+    std::atomic<bool> m_scan_complete{false};
+
+    std::thread m_scan_thread;
+    std::thread m_evict_thread;
+};
+
+} // namespace pt2cache::daemon::store
