@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/store.hpp"
+
+#include <algorithm>
+
+#include "daemon/store/log.hpp"
+#include "daemon/store/xxh3.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
+    counter.fetch_add(amount, std::memory_order_relaxed);
+}
+
+std::size_t stripe_index(std::string_view ns, std::string_view key, std::size_t count) {
+    Xxh3Hash64 hash;
+    hash.update(ns);
+    hash.update(std::string_view("\0", 1));
+    hash.update(key);
+    return static_cast<std::size_t>(hash.digest() % count);
+}
+
+} // namespace
+
+Store::Store(Stats& stats, StorePolicy policy, std::unique_ptr<MemoryTier> memory,
+             std::unique_ptr<DiskTier> disk, std::unique_ptr<Tier> remote)
+    : m_stats(stats)
+    , m_policy(std::make_shared<const StorePolicy>(std::move(policy)))
+    , m_memory(std::move(memory))
+    , m_disk(std::move(disk))
+    , m_remote(std::move(remote))
+    , m_memory_on(m_memory && m_memory->enabled() ? m_memory.get() : nullptr)
+    , m_disk_on(m_disk && m_disk->enabled() ? m_disk.get() : nullptr) {}
+
+Store::~Store() = default;
+
+namespace {
+
+bool is_local(const StorePolicy& policy, std::string_view ns) {
+    return !policy.locally_disabled.contains(std::string(ns));
+}
+
+} // namespace
+
+void Store::set_policy(StorePolicy policy) {
+    m_policy.store(std::make_shared<const StorePolicy>(std::move(policy)));
+}
+
+std::mutex& Store::stripe(std::string_view ns, std::string_view key) {
+    return m_stripes[stripe_index(ns, key, k_stripe_count)];
+}
+
+void Store::count_force_disabled_get(std::string_view ns, bool local) {
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (local && m_memory_on != nullptr) {
+        add(counters.tier(TierId::memory).misses);
+    }
+    if (local && m_disk_on != nullptr) {
+        add(counters.tier(TierId::disk).misses);
+    }
+    if (m_remote) {
+        add(counters.tier(TierId::remote).misses);
+    }
+}
+
+void Store::count_force_disabled_put(std::string_view ns, bool local) {
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (local && m_memory_on != nullptr) {
+        add(counters.tier(TierId::memory).puts);
+    }
+    if (local && m_disk_on != nullptr) {
+        add(counters.tier(TierId::disk).puts);
+    }
+    if (m_remote) {
+        add(counters.tier(TierId::remote).puts);
+    }
+}
+
+std::optional<Entry> Store::get_memory(std::string_view ns, std::string_view key) {
+    const auto policy = m_policy.load();
+    if (policy->force_disable || m_memory_on == nullptr || !is_local(*policy, ns)) {
+        return std::nullopt;
+    }
+    auto entry = m_memory_on->lookup(ns, key);
+    if (entry) {
+        TierCounters& counters = m_stats.tier(ns, TierId::memory);
+        add(counters.hits);
+        add(counters.bytes_out, entry->value.size());
+    }
+    return entry;
+}
+
+tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,
+                                                          std::string_view key) {
+    const auto policy = m_policy.load();
+    const bool local = is_local(*policy, ns);
+    if (policy->force_disable) {
+        count_force_disabled_get(ns, local);
+        return std::nullopt;
+    }
+    NamespaceCounters& counters = m_stats.ns(ns);
+    bool answered = false; // some tier gave a clean answer
+    std::optional<StoreError> last_error;
+
+    const auto hit = [&](TierId tier, const Entry& entry) {
+        add(counters.tier(tier).hits);
+        add(counters.tier(tier).bytes_out, entry.value.size());
+    };
+
+    if (local && m_memory_on != nullptr) {
+        if (auto entry = m_memory_on->lookup(ns, key)) {
+            hit(TierId::memory, *entry);
+            return entry;
+        }
+        add(counters.tier(TierId::memory).misses);
+        answered = true;
+    }
+    if (local && m_disk_on != nullptr) {
+        auto result = m_disk_on->get(ns, key);
+        if (result && *result) {
+            hit(TierId::disk, **result);
+            if (m_memory_on != nullptr) {
+                m_memory_on->put(ns, key, **result);
+            }
+            return std::move(*result);
+        }
+        add(counters.tier(TierId::disk).misses);
+        if (result) {
+            answered = true;
+        } else {
+            add(counters.tier(TierId::disk).errors);
+            logger().warn("disk get {}/{:?} failed: {}", ns, key, result.error().message);
+            last_error = std::move(result.error());
+        }
+    }
+    if (m_remote) {
+        auto result = m_remote->get(ns, key);
+        if (result && *result) {
+            hit(TierId::remote, **result);
+            if (local) {
+                if (m_disk_on != nullptr) {
+                    if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
+                        add(counters.tier(TierId::disk).errors);
+                        logger().warn("disk refill {}/{:?} failed: {}", ns, key,
+                                      stored.error().message);
+                    }
+                }
+                if (m_memory_on != nullptr) {
+                    m_memory_on->put(ns, key, **result);
+                }
+            }
+            return std::move(*result);
+        }
+        add(counters.tier(TierId::remote).misses);
+        if (result) {
+            answered = true;
+        } else {
+            add(counters.tier(TierId::remote).errors);
+            logger().warn("{} get {}/{:?} failed: {}", m_remote->name(), ns, key,
+                          result.error().message);
+            last_error = std::move(result.error());
+        }
+    }
+    if (!answered && last_error) {
+        return tl::make_unexpected(std::move(*last_error));
+    }
+    return std::nullopt;
+}
+
+tl::expected<void, StoreError> Store::put_local(std::string_view ns, std::string_view key,
+                                                const Entry& entry) {
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (m_memory_on != nullptr) {
+        m_memory_on->put(ns, key, entry);
+        add(counters.tier(TierId::memory).puts);
+        add(counters.tier(TierId::memory).bytes_in, entry.value.size());
+    }
+    if (m_disk_on != nullptr) {
+        auto stored = m_disk_on->put(ns, key, entry);
+        if (!stored) {
+            add(counters.tier(TierId::disk).errors);
+            logger().warn("disk put {}/{:?} failed: {}", ns, key, stored.error().message);
+            return stored;
+        }
+        add(counters.tier(TierId::disk).puts);
+        add(counters.tier(TierId::disk).bytes_in, entry.value.size());
+    }
+    return {};
+}
+
+tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string_view key,
+                                                Entry entry, PutMode mode) {
+    const auto policy = m_policy.load();
+    if (entry.value.size() > policy->max_value_size) {
+        return tl::make_unexpected(StoreError{
+            Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
+                                            entry.value.size(), policy->max_value_size)});
+    }
+    if (policy->force_disable) {
+        count_force_disabled_put(ns, is_local(*policy, ns));
+        return PutOutcome::stored;
+    }
+    if (entry.created_ms == 0) {
+        entry.created_ms = now_ms();
+    }
+    const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
+    tl::expected<void, StoreError> local_result;
+    if (local) {
+        std::unique_lock<std::mutex> lock;
+        if (mode == PutMode::only_if_absent) {
+            lock = std::unique_lock(stripe(ns, key));
+            if (m_memory_on != nullptr && m_memory_on->contains(ns, key)) {
+                return PutOutcome::not_stored;
+            }
+            if (m_disk_on != nullptr) {
+                const auto exists = m_disk_on->exists(ns, key);
+                if (exists && *exists) {
+                    return PutOutcome::not_stored;
+                }
+                if (!exists) {
+                    add(m_stats.tier(ns, TierId::disk).errors);
+                    logger().warn("disk exists {}/{:?} failed: {}", ns, key,
+                                  exists.error().message);
+                }
+            }
+        }
+        local_result = put_local(ns, key, entry);
+    }
+    if (m_remote) {
+        TierCounters& counters = m_stats.tier(ns, TierId::remote);
+        auto stored = m_remote->put(ns, key, entry);
+        if (stored) {
+            add(counters.puts);
+            add(counters.bytes_in, entry.value.size());
+        } else {
+            add(counters.errors);
+            logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
+                          stored.error().message);
+            if (!local) {
+                return tl::make_unexpected(std::move(stored.error()));
+            }
+        }
+    }
+    if (!local_result) {
+        return tl::make_unexpected(std::move(local_result.error()));
+    }
+    return PutOutcome::stored;
+}
+
+tl::expected<bool, StoreError> Store::exists(std::string_view ns, std::string_view key) {
+    const auto policy = m_policy.load();
+    if (policy->force_disable) {
+        return false;
+    }
+    std::optional<StoreError> error;
+    if (is_local(*policy, ns)) {
+        if (m_memory_on != nullptr && m_memory_on->contains(ns, key)) {
+            return true;
+        }
+        if (m_disk_on != nullptr) {
+            auto found = m_disk_on->exists(ns, key);
+            if (found && *found) {
+                return true;
+            }
+            if (!found) {
+                add(m_stats.tier(ns, TierId::disk).errors);
+                error = std::move(found.error());
+            }
+        }
+    }
+    if (m_remote) {
+        auto found = m_remote->get(ns, key);
+        if (found) {
+            return found->has_value();
+        }
+        add(m_stats.tier(ns, TierId::remote).errors);
+        error = std::move(found.error());
+    }
+    if (error) {
+        return tl::make_unexpected(std::move(*error));
+    }
+    return false;
+}
+
+tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_view key) {
+    bool removed = false;
+    std::optional<StoreError> error;
+    const auto take = [&](tl::expected<bool, StoreError> result) {
+        if (result) {
+            removed = removed || *result;
+        } else if (!error) {
+            error = std::move(result.error());
+        }
+    };
+    if (m_memory_on != nullptr) {
+        take(m_memory_on->remove(ns, key));
+    }
+    if (m_disk_on != nullptr) {
+        take(m_disk_on->remove(ns, key));
+    }
+    if (m_remote) {
+        take(m_remote->remove(ns, key));
+    }
+    if (error) {
+        return tl::make_unexpected(std::move(*error));
+    }
+    return removed;
+}
+
+tl::expected<std::uint64_t, StoreError> Store::clear(std::string_view ns) {
+    std::uint64_t removed = 0;
+    if (m_memory_on != nullptr) {
+        removed = m_memory_on->clear(ns).value_or(0);
+    }
+    if (m_disk_on != nullptr) {
+        auto from_disk = m_disk_on->clear(ns);
+        if (!from_disk) {
+            return from_disk;
+        }
+        removed = std::max(removed, *from_disk);
+    }
+    return removed;
+}
+
+tl::expected<ListPage, StoreError> Store::list(std::string_view ns, std::string_view cursor,
+                                               std::size_t limit) {
+    if (m_disk_on != nullptr) {
+        return m_disk_on->list(ns, cursor, limit);
+    }
+    if (m_memory_on != nullptr) {
+        return m_memory_on->list(ns, cursor, limit);
+    }
+    return ListPage{};
+}
+
+nlohmann::json Store::tier_summary() const {
+    nlohmann::json out = nlohmann::json::object();
+    out["memory"] = nullptr;
+    out["disk"] = nullptr;
+    out["remote"] = nullptr;
+    if (m_memory) {
+        out["memory"] = {
+            {"bytes", m_memory->size_bytes()},
+            {"count", m_memory->count()},
+            {"capacity", m_memory->capacity()},
+        };
+    }
+    if (m_disk) {
+        out["disk"] = {
+            {"bytes", m_disk->size_bytes()},
+            {"count", m_disk->count()},
+            {"capacity", m_disk->capacity()},
+            {"scan_complete", m_disk->scan_complete()},
+        };
+    }
+    if (m_remote) {
+        out["remote"] = {{"name", m_remote->name()}};
+    }
+    return out;
+}
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+// The store: memory, disk and remote tiers chained behind one API. Plain C++,
+// thread-safe; the daemon calls it from worker threads (only `get_memory` is
+// meant for the I/O threads: it never blocks for long).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/memory_tier.hpp"
+#include "daemon/store/stats.hpp"
+#include "daemon/store/tier.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace pt2cache::daemon::store {
+
+struct StorePolicy {
+    // Every get misses and nothing is stored (TORCHINDUCTOR_FORCE_DISABLE_CACHES);
+    // lookups and puts are still counted.
+    bool force_disable = false;
+    // Namespaces kept out of the memory and disk tiers (e.g. "fx-graph" when
+    // TORCHINDUCTOR_FX_GRAPH_CACHE=0); the remote tier still serves them.
+    std::set<std::string> locally_disabled;
+    // Larger values are refused with `Failure::too_large`.
+    std::uint64_t max_value_size = 512ULL << 20;
+};
+
+enum class PutMode { overwrite, only_if_absent };
+enum class PutOutcome { stored, not_stored };
+
+// Counting rules, per namespace and tier in `Stats`:
+// - a lookup counts one hit or miss in each tier it consults, in order, up to
+//   the hit; a tier error counts an error and a miss;
+// - a put counts `puts` and `bytes_in` (value bytes) in each tier written;
+//   refilling a faster tier after a hit in a slower one is not counted;
+// - `bytes_out` counts value bytes served by the tier that hit.
+class Store {
+public:
+    // Any tier may be null; a disabled tier (capacity 0) counts as absent.
+    Store(Stats& stats, StorePolicy policy, std::unique_ptr<MemoryTier> memory,
+          std::unique_ptr<DiskTier> disk, std::unique_ptr<Tier> remote);
+    ~Store();
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    // The memory tier only; never blocks for long. Counts a memory hit, but no
+    // miss: after a miss the caller goes on with `get`, which counts it.
+    std::optional<Entry> get_memory(std::string_view ns, std::string_view key);
+
+    // Memory, then disk, then remote. A disk hit is copied into memory, a
+    // remote hit into disk and memory. A failing tier is treated as a miss
+    // there; an error is returned only when every tier consulted failed.
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns, std::string_view key);
+
+    // Writes memory and disk (synchronously), then remote. `only_if_absent`
+    // stores only when neither memory nor disk holds a live entry, atomically
+    // with respect to other puts of the same key; otherwise `not_stored`.
+    // A value over `max_value_size` fails with `too_large`. A disk failure
+    // fails the put (the memory tier may keep the value); a remote failure is
+    // counted and logged, and fails the put only if no local tier took it.
+    // Under `force_disable` the value is dropped and `stored` returned. A zero
+    // `entry.created_ms` is set to now.
+    tl::expected<PutOutcome, StoreError> put(std::string_view ns, std::string_view key, Entry entry,
+                                             PutMode mode = PutMode::overwrite);
+
+    // True when some tier holds a live entry (remote is asked last, by a get).
+    tl::expected<bool, StoreError> exists(std::string_view ns, std::string_view key);
+
+    // Removes the entry from every tier; true when any tier had it.
+    tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key);
+
+    // Removes every entry of `ns` from memory and disk; returns the larger of
+    // the two tiers' counts (an entry usually lives in both).
+    tl::expected<std::uint64_t, StoreError> clear(std::string_view ns);
+
+    // A page of `ns`'s entries from the disk tier, or from memory without one.
+    // The cursor is opaque and only valid for the same tier configuration.
+    tl::expected<ListPage, StoreError> list(std::string_view ns, std::string_view cursor,
+                                            std::size_t limit);
+
+    // {"memory": {bytes, count, capacity} | null,
+    //  "disk": {bytes, count, capacity, scan_complete} | null,
+    //  "remote": {name} | null}
+    nlohmann::json tier_summary() const;
+
+    // The policy in force; `set_policy` replaces it for later calls (calls in
+    // progress finish under the old one).
+    std::shared_ptr<const StorePolicy> policy() const { return m_policy.load(); }
+    void set_policy(StorePolicy policy);
+
+    Stats& stats() { return m_stats; }
+    MemoryTier* memory_tier() const { return m_memory.get(); }
+    DiskTier* disk_tier() const { return m_disk.get(); }
+    Tier* remote_tier() const { return m_remote.get(); }
+
+private:
+    static constexpr std::size_t k_stripe_count = 64;
+
+    std::mutex& stripe(std::string_view ns, std::string_view key);
+    void count_force_disabled_get(std::string_view ns, bool local);
+    void count_force_disabled_put(std::string_view ns, bool local);
+    // Writes memory and disk; the disk's error if it fails.
+    tl::expected<void, StoreError> put_local(std::string_view ns, std::string_view key,
+                                             const Entry& entry);
+
+    Stats& m_stats;
+    std::atomic<std::shared_ptr<const StorePolicy>> m_policy;
+    const std::unique_ptr<MemoryTier> m_memory;
+    const std::unique_ptr<DiskTier> m_disk;
+    const std::unique_ptr<Tier> m_remote;
+    // Enabled tiers, or null.
+    MemoryTier* const m_memory_on;
+    DiskTier* const m_disk_on;
+    std::array<std::mutex, k_stripe_count> m_stripes;
+};
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: MIT
+#include <atomic>
+#include <barrier>
+#include <map>
+#include <thread>
+
+#include "daemon/store/store.hpp"
+#include "tests/daemon/store/helpers.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+using namespace pt2cache::daemon::store;
+using pt2cache::tests::make_entry;
+using pt2cache::tests::random_bytes;
+using pt2cache::tests::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A remote tier in memory; can be told to fail.
+class FakeRemote final : public Tier {
+public:
+    std::string_view name() const override { return "remote"; }
+
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
+                                                       std::string_view key) override {
+        std::lock_guard lock(m_mutex);
+        ++gets;
+        if (failing) {
+            return tl::make_unexpected(StoreError{Failure::timeout, "remote timed out"});
+        }
+        const auto it = m_entries.find(id(ns, key));
+        if (it == m_entries.end()) {
+            return std::nullopt;
+        }
+        return it->second;
+    }
+
+    tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
+                                       const Entry& entry) override {
+        std::lock_guard lock(m_mutex);
+        if (failing) {
+            return tl::make_unexpected(StoreError{Failure::timeout, "remote timed out"});
+        }
+        m_entries[id(ns, key)] = entry;
+        return {};
+    }
+
+    tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override {
+        std::lock_guard lock(m_mutex);
+        return m_entries.erase(id(ns, key)) > 0;
+    }
+
+    tl::expected<std::uint64_t, StoreError> clear(std::string_view) override { return 0; }
+
+    std::size_t size() {
+        std::lock_guard lock(m_mutex);
+        return m_entries.size();
+    }
+
+    std::atomic<bool> failing{false};
+    std::atomic<int> gets{0};
+
+private:
+    static std::string id(std::string_view ns, std::string_view key) {
+        return fmt::format("{}\n{}", ns, key);
+    }
+
+    std::mutex m_mutex;
+    std::map<std::string, Entry> m_entries;
+};
+
+struct Fixture {
+    explicit Fixture(StorePolicy policy = {}, bool with_memory = true, bool with_disk = true,
+                     bool with_remote = false) {
+        auto memory = with_memory ? std::make_unique<MemoryTier>(1 << 20, stats) : nullptr;
+        auto disk =
+            with_disk ? std::make_unique<DiskTier>(dir.path(), DiskOptions{}, stats) : nullptr;
+        std::unique_ptr<Tier> remote_tier;
+        if (with_remote) {
+            auto fake = std::make_unique<FakeRemote>();
+            remote = fake.get();
+            remote_tier = std::move(fake);
+        }
+        store = std::make_unique<Store>(stats, std::move(policy), std::move(memory),
+                                        std::move(disk), std::move(remote_tier));
+    }
+
+    TierCounters& counters(std::string_view ns, TierId tier) { return stats.tier(ns, tier); }
+
+    std::optional<Entry> get(std::string_view ns, std::string_view key) {
+        auto result = store->get(ns, key);
+        REQUIRE(result);
+        return *result;
+    }
+
+    std::size_t disk_files() {
+        std::size_t count = 0;
+        if (fs::exists(dir.path() / "v1")) {
+            for (const auto& item : fs::recursive_directory_iterator(dir.path() / "v1")) {
+                count += item.is_regular_file() ? 1 : 0;
+            }
+        }
+        return count;
+    }
+
+    TempDir dir;
+    Stats stats;
+    FakeRemote* remote = nullptr;
+    std::unique_ptr<Store> store;
+};
+
+} // namespace
+
+TEST_CASE("store put then get hits memory", "[store][chain]") {
+    Fixture f;
+    REQUIRE(f.store->put("pgo", "k", make_entry("value")).value() == PutOutcome::stored);
+    const auto hit = f.store->get_memory("pgo", "k");
+    REQUIRE(hit);
+    CHECK(hit->value.text() == "value");
+    CHECK(f.counters("pgo", TierId::memory).hits == 1);
+    CHECK(f.counters("pgo", TierId::memory).bytes_out == 5);
+    CHECK(f.counters("pgo", TierId::memory).puts == 1);
+    CHECK(f.counters("pgo", TierId::memory).bytes_in == 5);
+    CHECK(f.counters("pgo", TierId::disk).puts == 1);
+    CHECK(f.counters("pgo", TierId::disk).bytes_in == 5);
+    CHECK(f.disk_files() == 1);
+
+    // get_memory counts no miss; get counts one per tier consulted.
+    CHECK_FALSE(f.store->get_memory("pgo", "absent"));
+    CHECK(f.counters("pgo", TierId::memory).misses == 0);
+    CHECK_FALSE(f.get("pgo", "absent"));
+    CHECK(f.counters("pgo", TierId::memory).misses == 1);
+    CHECK(f.counters("pgo", TierId::disk).misses == 1);
+}
+
+TEST_CASE("store disk hit backfills memory", "[store][chain]") {
+    Fixture f;
+    REQUIRE(f.store->put("fx-graph", "k", make_entry(random_bytes(3000))));
+    REQUIRE(f.store->memory_tier()->clear("fx-graph").value() == 1);
+    CHECK_FALSE(f.store->get_memory("fx-graph", "k"));
+
+    const auto hit = f.get("fx-graph", "k");
+    REQUIRE(hit);
+    CHECK(hit->value.size() == 3000);
+    CHECK(f.counters("fx-graph", TierId::memory).misses == 1);
+    CHECK(f.counters("fx-graph", TierId::disk).hits == 1);
+    CHECK(f.counters("fx-graph", TierId::disk).bytes_out == 3000);
+    CHECK(f.store->memory_tier()->count() == 1);
+
+    const auto again = f.store->get_memory("fx-graph", "k");
+    REQUIRE(again);
+    CHECK(again->value.shares_buffer_with(hit->value));
+    CHECK(f.counters("fx-graph", TierId::memory).hits == 1);
+    CHECK(f.counters("fx-graph", TierId::disk).hits == 1);
+}
+
+TEST_CASE("store remote hit backfills disk and memory", "[store][chain]") {
+    Fixture f({}, true, true, true);
+    REQUIRE(f.remote->put("pgo", "k", make_entry("from remote")));
+    const auto hit = f.get("pgo", "k");
+    REQUIRE(hit);
+    CHECK(hit->value.text() == "from remote");
+    CHECK(f.counters("pgo", TierId::remote).hits == 1);
+    CHECK(f.counters("pgo", TierId::disk).misses == 1);
+    CHECK(f.store->memory_tier()->count() == 1);
+    CHECK(f.disk_files() == 1);
+    REQUIRE(f.store->memory_tier()->clear("pgo"));
+    CHECK(f.get("pgo", "k"));
+    CHECK(f.counters("pgo", TierId::disk).hits == 1);
+    CHECK(f.remote->gets == 1);
+}
+
+TEST_CASE("store treats a failing tier as a miss", "[store][chain]") {
+    SECTION("remote behind local tiers") {
+        Fixture f({}, true, true, true);
+        f.remote->failing = true;
+        CHECK_FALSE(f.get("pgo", "k"));
+        CHECK(f.counters("pgo", TierId::remote).errors == 1);
+        CHECK(f.counters("pgo", TierId::remote).misses == 1);
+        // A put still succeeds locally.
+        CHECK(f.store->put("pgo", "k", make_entry("v")).value() == PutOutcome::stored);
+        CHECK(f.counters("pgo", TierId::remote).errors == 2);
+    }
+    SECTION("remote alone") {
+        Fixture f({}, false, false, true);
+        f.remote->failing = true;
+        const auto result = f.store->get("pgo", "k");
+        REQUIRE_FALSE(result);
+        CHECK(result.error().failure == Failure::timeout);
+        const auto put = f.store->put("pgo", "k", make_entry("v"));
+        REQUIRE_FALSE(put);
+        CHECK(put.error().failure == Failure::timeout);
+    }
+}
+
+TEST_CASE("store with force_disable stores nothing", "[store][policy]") {
+    StorePolicy policy;
+    policy.force_disable = true;
+    Fixture f(policy);
+    CHECK(f.store->put("pgo", "k", make_entry("v")).value() == PutOutcome::stored);
+    CHECK(f.store->memory_tier()->count() == 0);
+    CHECK(f.disk_files() == 0);
+    CHECK_FALSE(f.store->get_memory("pgo", "k"));
+    CHECK_FALSE(f.get("pgo", "k"));
+    CHECK(f.store->exists("pgo", "k").value() == false);
+    CHECK(f.counters("pgo", TierId::memory).puts == 1);
+    CHECK(f.counters("pgo", TierId::memory).bytes_in == 0);
+    CHECK(f.counters("pgo", TierId::memory).misses == 1);
+    CHECK(f.counters("pgo", TierId::disk).misses == 1);
+    CHECK(f.counters("pgo", TierId::memory).hits == 0);
+
+    // Turning it off at run time takes effect for later calls.
+    f.store->set_policy({});
+    CHECK(f.store->put("pgo", "k", make_entry("v")).value() == PutOutcome::stored);
+    CHECK(f.get("pgo", "k"));
+}
+
+TEST_CASE("store keeps locally disabled namespaces out of memory and disk", "[store][policy]") {
+    StorePolicy policy;
+    policy.locally_disabled = {"fx-graph", "aot-autograd"};
+    Fixture f(policy, true, true, true);
+    CHECK(f.store->put("fx-graph", "k", make_entry("v")).value() == PutOutcome::stored);
+    CHECK(f.store->memory_tier()->count() == 0);
+    CHECK(f.disk_files() == 0);
+    CHECK(f.remote->size() == 1);
+    CHECK_FALSE(f.store->get_memory("fx-graph", "k"));
+    // Served by the remote tier, not copied locally.
+    CHECK(f.get("fx-graph", "k"));
+    CHECK(f.store->memory_tier()->count() == 0);
+    CHECK(f.disk_files() == 0);
+    CHECK(f.counters("fx-graph", TierId::memory).misses == 0);
+
+    CHECK(f.store->put("pgo", "k", make_entry("v")).value() == PutOutcome::stored);
+    CHECK(f.store->memory_tier()->count() == 1);
+    CHECK(f.disk_files() == 1);
+}
+
+TEST_CASE("store only_if_absent", "[store][put]") {
+    Fixture f;
+    CHECK(f.store->put("pgo", "k", make_entry("one"), PutMode::only_if_absent).value() ==
+          PutOutcome::stored);
+    CHECK(f.store->put("pgo", "k", make_entry("two"), PutMode::only_if_absent).value() ==
+          PutOutcome::not_stored);
+    CHECK(f.get("pgo", "k")->value.text() == "one");
+
+    // A disk-only entry also counts as present.
+    REQUIRE(f.store->memory_tier()->clear("pgo"));
+    CHECK(f.store->put("pgo", "k", make_entry("three"), PutMode::only_if_absent).value() ==
+          PutOutcome::not_stored);
+
+    // An expired entry does not.
+    REQUIRE(f.store->put("pgo", "e", make_entry("old", now_ms() - 1)));
+    CHECK(f.store->put("pgo", "e", make_entry("new"), PutMode::only_if_absent).value() ==
+          PutOutcome::stored);
+    CHECK(f.get("pgo", "e")->value.text() == "new");
+
+    CHECK(f.store->put("pgo", "k", make_entry("four")).value() == PutOutcome::stored);
+    CHECK(f.get("pgo", "k")->value.text() == "four");
+}
+
+TEST_CASE("store only_if_absent stores exactly once under a race", "[store][put]") {
+    Fixture f;
+    constexpr int k_threads = 8;
+    constexpr int k_rounds = 20;
+    for (int round = 0; round < k_rounds; ++round) {
+        const std::string key = fmt::format("race-{}", round);
+        std::barrier start(k_threads);
+        std::atomic<int> stored{0};
+        std::atomic<int> not_stored{0};
+        std::atomic<int> winner{-1};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < k_threads; ++t) {
+            threads.emplace_back([&, t] {
+                start.arrive_and_wait();
+                const auto outcome =
+                    f.store->put("autotune", key, make_entry(fmt::format("thread {}", t)),
+                                 PutMode::only_if_absent);
+                if (outcome && *outcome == PutOutcome::stored) {
+                    ++stored;
+                    winner = t;
+                } else if (outcome) {
+                    ++not_stored;
+                }
+            });
+        }
+        for (auto& thread : threads) {
+            thread.join();
+        }
+        INFO("round " << round);
+        REQUIRE(stored == 1);
+        REQUIRE(not_stored == k_threads - 1);
+        CHECK(f.get("autotune", key)->value.text() == fmt::format("thread {}", winner.load()));
+        REQUIRE(f.store->memory_tier()->clear("autotune"));
+        CHECK(f.get("autotune", key)->value.text() == fmt::format("thread {}", winner.load()));
+    }
+}
+
+TEST_CASE("store refuses values over max_value_size", "[store][put]") {
+    StorePolicy policy;
+    policy.max_value_size = 100;
+    Fixture f(policy);
+    const auto refused = f.store->put("pgo", "k", make_entry(random_bytes(101)));
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().failure == Failure::too_large);
+    CHECK(f.store->memory_tier()->count() == 0);
+    CHECK(f.disk_files() == 0);
+    CHECK(f.counters("pgo", TierId::memory).puts == 0);
+    CHECK(f.store->put("pgo", "k", make_entry(random_bytes(100))).value() == PutOutcome::stored);
+}
+
+TEST_CASE("store exists, remove, clear and list", "[store][chain]") {
+    Fixture f({}, true, true, true);
+    for (int i = 0; i < 12; ++i) {
+        REQUIRE(f.store->put("pgo", fmt::format("k{}", i), make_entry("v")));
+    }
+    REQUIRE(f.store->put("autotune", "k0", make_entry("v")));
+    CHECK(f.store->exists("pgo", "k0").value());
+    CHECK_FALSE(f.store->exists("pgo", "nope").value());
+
+    CHECK(f.store->remove("pgo", "k0").value() == true);
+    CHECK(f.store->remove("pgo", "k0").value() == false);
+    CHECK_FALSE(f.store->exists("pgo", "k0").value());
+
+    const auto page = f.store->list("pgo", "", 5);
+    REQUIRE(page);
+    CHECK(page->entries.size() == 5);
+    CHECK_FALSE(page->next_cursor.empty());
+
+    CHECK(f.store->clear("pgo").value() == 11);
+    CHECK_FALSE(f.store->memory_tier()->contains("pgo", "k1"));
+    CHECK_FALSE(f.store->disk_tier()->exists("pgo", "k1").value());
+    CHECK(f.store->memory_tier()->count() == 1);
+    CHECK(f.store->exists("autotune", "k0").value());
+    const auto after = f.store->list("pgo", "", 5);
+    REQUIRE(after);
+    CHECK(after->entries.empty());
+}
+
+TEST_CASE("store lists from memory without a disk tier", "[store][chain]") {
+    Fixture f({}, true, false);
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(f.store->put("pgo", fmt::format("k{}", i), make_entry("vv")));
+    }
+    const auto page = f.store->list("pgo", "", 10);
+    REQUIRE(page);
+    REQUIRE(page->entries.size() == 3);
+    CHECK(page->entries[0].key == "k0");
+    CHECK(page->entries[2].size == 2);
+    CHECK(f.store->clear("pgo").value() == 3);
+}
+
+TEST_CASE("store tier summary", "[store][chain]") {
+    Fixture f;
+    f.store->disk_tier()->wait_for_scan();
+    REQUIRE(f.store->put("pgo", "k", make_entry(random_bytes(100))));
+    const nlohmann::json summary = f.store->tier_summary();
+    CHECK(summary["memory"]["count"] == 1);
+    CHECK(summary["memory"]["bytes"] == MemoryTier::charge_of("pgo", "k", 100));
+    CHECK(summary["memory"]["capacity"] == 1 << 20);
+    CHECK(summary["disk"]["count"] == 1);
+    CHECK(summary["disk"]["bytes"] == 43 + 3 + 1 + 100 + 8);
+    CHECK(summary["disk"]["scan_complete"] == true);
+    CHECK(summary["remote"].is_null());
+}
+
+TEST_CASE("stats report counters per namespace and tier", "[store][stats]") {
+    Stats stats;
+    stats.tier("pgo", TierId::disk).hits += 3;
+    stats.tier("pgo", TierId::memory).evictions += 2;
+    stats.daemon().requests += 7;
+    CHECK(&stats.ns("pgo") == &stats.ns("pgo"));
+    const nlohmann::json json = stats.to_json();
+    CHECK(json["namespaces"]["pgo"]["disk"]["hits"] == 3);
+    CHECK(json["namespaces"]["pgo"]["memory"]["evictions"] == 2);
+    CHECK(json["namespaces"]["pgo"]["remote"]["misses"] == 0);
+    CHECK(json["daemon"]["requests"] == 7);
+    CHECK(json["uptime_s"].get<double>() >= 0.0);
+    CHECK(tier_name(TierId::remote) == "remote");
+}
