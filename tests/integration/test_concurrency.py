@@ -1,0 +1,192 @@
+"""Many concurrent pipelining clients: replies stay in order, on the right
+connection, with the right values."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+import threading
+import time
+
+from integ_helpers import NativeClient, put_body
+from pt2harness import OP, STATUS, frame, key_body
+
+CLIENTS = 32
+OPS_PER_CLIENT = 1000
+BATCH = 16
+SHARED_KEYS = 24
+PRIVATE_KEYS = 40
+
+
+def shared_value(writer: int, seq: int, size: int) -> bytes:
+    """Self-checking: a header naming the writer, then bytes derived from it."""
+    head = struct.pack("<III", writer, seq, size)
+    seed = hashlib.sha256(head).digest()
+    body = (seed * (size // len(seed) + 1))[:size]
+    return head + body
+
+
+def check_shared(value: bytes) -> bool:
+    if len(value) < 12:
+        return False
+    writer, seq, size = struct.unpack_from("<III", value)
+    return value == shared_value(writer, seq, size)
+
+
+class Worker(threading.Thread):
+    def __init__(self, socket_path, index: int, barrier: threading.Barrier):
+        super().__init__(name=f"client-{index}")
+        self.path = socket_path
+        self.index = index
+        self.barrier = barrier
+        self.rng = random.Random(index * 7919)
+        self.model: dict[bytes, bytes] = {}  # private keys: what the daemon must hold
+        self.errors: list[str] = []
+        self.counts = {"put": 0, "get": 0, "exists": 0, "delete": 0, "shared_hits": 0}
+        self.seq = 0
+
+    def private_key(self) -> bytes:
+        return b"client-%02d/key-%02d" % (self.index, self.rng.randrange(PRIVATE_KEYS))
+
+    def shared_key(self) -> bytes:
+        return b"shared-%02d" % self.rng.randrange(SHARED_KEYS)
+
+    def value_size(self) -> int:
+        r = self.rng.random()
+        if r < 0.02:
+            return self.rng.randrange(64 << 10, 200 << 10)  # the large-frame path
+        if r < 0.2:
+            return self.rng.randrange(1024, 16 << 10)
+        return self.rng.randrange(1, 512)
+
+    def plan(self):
+        """One request: (op, ns, key, value, expectation)."""
+        kind = self.rng.choice(("put", "put", "get", "get", "get", "exists", "delete"))
+        private = self.rng.random() < 0.6
+        key = self.private_key() if private else self.shared_key()
+        ns = "pgo" if private else "autotune"
+        value = None
+        if kind == "put":
+            self.seq += 1
+            size = self.value_size()
+            if private:
+                value = self.rng.randbytes(size)
+            else:
+                value = shared_value(self.index, self.seq, size)
+        return kind, ns, key, value, private
+
+    def run(self):
+        try:
+            conn = NativeClient(self.path, timeout=30)
+            self.barrier.wait(timeout=30)
+            rid = self.index << 24
+            done = 0
+            while done < OPS_PER_CLIENT:
+                batch = []
+                data = bytearray()
+                for _ in range(min(BATCH, OPS_PER_CLIENT - done)):
+                    kind, ns, key, value, private = self.plan()
+                    rid += 1
+                    if kind == "put":
+                        data += frame(OP["put"], put_body(ns, key, value), rid=rid)
+                    else:
+                        data += frame(OP[kind], key_body(ns, key), rid=rid)
+                    # What a private key must answer is known now, in request order.
+                    expected = None
+                    if private:
+                        if kind == "put":
+                            self.model[key] = value
+                        elif kind == "get":
+                            expected = self.model.get(key)
+                        elif kind in ("exists", "delete"):
+                            expected = key in self.model
+                            if kind == "delete":
+                                self.model.pop(key, None)
+                    batch.append((kind, key, private, expected, rid))
+                conn.send(bytes(data))
+                for kind, key, private, expected, want_id in batch:
+                    op, status, got_id, body = conn.reply()
+                    if (op, got_id) != (OP[kind], want_id):
+                        self.errors.append(f"reply {op}/{got_id:#x} for request "
+                                           f"{OP[kind]}/{want_id:#x}")
+                        return
+                    self.check(kind, key, private, expected, status, body)
+                    self.counts[kind] += 1
+                done += len(batch)
+            # Finally every private key reads back exactly.
+            for i in range(PRIVATE_KEYS):
+                key = b"client-%02d/key-%02d" % (self.index, i)
+                status, body = conn.get("pgo", key)
+                want = self.model.get(key)
+                if want is None and status != STATUS["miss"]:
+                    self.errors.append(f"deleted {key!r} answered {status}")
+                if want is not None and (status, body) != (STATUS["ok"], want):
+                    self.errors.append(f"final read of {key!r}: status {status}, "
+                                       f"{len(body)} bytes, wanted {len(want)}")
+            conn.close()
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def check(self, kind, key, private, expected, status, body):
+        where = f"{kind} {key!r}"
+        if kind == "put":
+            if (status, body) != (STATUS["ok"], b""):
+                self.errors.append(f"{where}: status {status}")
+        elif kind == "get":
+            if private:
+                if expected is None:
+                    if (status, body) != (STATUS["miss"], b""):
+                        self.errors.append(f"{where}: expected a miss, got {status}")
+                elif (status, body) != (STATUS["ok"], expected):
+                    self.errors.append(f"{where}: status {status}, {len(body)} bytes, "
+                                       f"expected {len(expected)} bytes of this client's value")
+            elif status == STATUS["ok"]:
+                self.counts["shared_hits"] += 1
+                if not check_shared(body):
+                    self.errors.append(f"{where}: a torn or foreign value of {len(body)} bytes")
+            elif (status, body) != (STATUS["miss"], b""):
+                self.errors.append(f"{where}: status {status}")
+        else:  # exists, delete
+            if private:
+                want = STATUS["ok"] if expected else STATUS["miss"]
+                if (status, body) != (want, b""):
+                    self.errors.append(f"{where}: status {status}, expected {want}")
+            elif status not in (STATUS["ok"], STATUS["miss"]) or body != b"":
+                self.errors.append(f"{where}: status {status}")
+
+
+def test_32_pipelining_clients(make_daemon):
+    d = make_daemon()
+    barrier = threading.Barrier(CLIENTS)
+    workers = [Worker(d.socket, i, barrier) for i in range(CLIENTS)]
+    start = time.monotonic()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=max(1.0, 90 - (time.monotonic() - start)))
+    elapsed = time.monotonic() - start
+    stuck = [w.name for w in workers if w.is_alive()]
+    assert not stuck, f"clients still running after {elapsed:.0f} s: {stuck}"
+    errors = [f"{w.name}: {e}" for w in workers for e in w.errors]
+    assert not errors, "\n".join(errors[:20])
+    assert elapsed < 60, f"{CLIENTS} x {OPS_PER_CLIENT} ops took {elapsed:.1f} s"
+
+    total = sum(sum(v for k, v in w.counts.items() if k != "shared_hits") for w in workers)
+    assert total == CLIENTS * OPS_PER_CLIENT
+    assert sum(w.counts["shared_hits"] for w in workers) > 0, "shared keys were never read back"
+
+    observer = NativeClient(d.socket)
+    stats = observer.stats()
+    assert stats["daemon"]["protocol_errors"] == 0
+    assert stats["daemon"]["connections_active"] == 1
+    puts = sum(w.counts["put"] for w in workers)
+    # Every put reached both local tiers.
+    assert (stats["namespaces"]["pgo"]["disk"]["puts"] +
+            stats["namespaces"]["autotune"]["disk"]["puts"]) == puts
+    # Private keys of every client, read back through a fresh connection.
+    for w in workers:
+        for key, value in w.model.items():
+            assert observer.get("pgo", key) == (STATUS["ok"], value), key
+    observer.close()
+    assert d.proc.poll() is None
