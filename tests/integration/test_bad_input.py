@@ -33,6 +33,7 @@ class Case:
         self.daemon = daemon
         self.healthy = healthy
         self.errors_before = self.protocol_errors()
+        self.opened: list[RawConnection] = []
 
     def protocol_errors(self) -> int:
         return self.healthy.stats()["daemon"]["protocol_errors"]
@@ -41,10 +42,14 @@ class Case:
         return self.protocol_errors() - self.errors_before
 
     def greeted(self) -> NativeClient:
-        return NativeClient(self.daemon.socket)
+        conn = NativeClient(self.daemon.socket)
+        self.opened.append(conn)
+        return conn
 
     def raw(self) -> RawConnection:
-        return RawConnection(self.daemon.socket)
+        conn = RawConnection(self.daemon.socket)
+        self.opened.append(conn)
+        return conn
 
     def wait_for_only_healthy(self):
         wait_for(lambda: self.healthy.stats()["daemon"]["connections_active"] == 1,
@@ -56,6 +61,8 @@ def case(server):
     daemon, healthy = server
     c = Case(daemon, healthy)
     yield c
+    for conn in c.opened:  # a failed case may have left its connection open
+        conn.close()
     # Whatever the case did, the daemon is up and the healthy connection works.
     assert daemon.proc.poll() is None, f"pt2cached died:\n{daemon.log()[-3000:]}"
     healthy.ping(b"still healthy")
@@ -432,6 +439,84 @@ def test_pipelined_requests_before_an_error_are_answered(case):
     assert conn.reply() == (OP["exists"], STATUS["miss"], 3, b"")
     expect_error_and_close(conn, 0x55, STATUS["unknown_op"], 4)
     assert case.new_errors() == 1
+
+
+# ------------------------------------------------------- protocol edges
+
+
+def test_hello_response_fields(case):
+    conn = case.raw()
+    name = b"edge-client"
+    conn.send(frame(OP["hello"], struct.pack("<HIB", 1, 0xFFFFFFFF, len(name)) + name, rid=95))
+    op, status, rid, body = conn.reply()
+    assert (op, status, rid) == (OP["hello"], STATUS["ok"], 95)
+    version, caps, max_value, max_key, name_len = struct.unpack_from("<HIQHB", body)
+    server_name = body[17:17 + name_len]
+    assert len(body) == 17 + name_len
+    assert (version, max_value, max_key) == (1, MAX_VALUE, 1024)
+    assert caps == 1, "only TTL is offered: the answer is the intersection"
+    assert server_name.startswith(b"pt2cached ")
+    conn.close()
+
+
+def test_bundle_flag_without_support_keeps_the_connection(case):
+    conn = case.greeted()
+    token = struct.pack("<Q", 42)
+    status, body = conn.request(OP["put"], token + put_body("pgo", b"bundled", b"v"), flags=0x80)
+    assert status == STATUS["unknown_token"]
+    status, body = conn.request(OP["get"], token + key_body("pgo", b"bundled"), flags=0x80)
+    assert status == STATUS["unknown_token"]
+    conn.ping()
+    assert conn.exists("pgo", b"bundled") == STATUS["miss"]
+    conn.close()
+    assert case.new_errors() == 0
+
+
+def test_list_limits_are_clamped(case):
+    conn = case.greeted()
+    conn.put_many("list-edge", {b"k%d" % i: b"v" for i in range(5)})
+    cursor, page = conn.list_page("list-edge", b"", 0)  # 0 counts as 1
+    assert len(page) == 1 and cursor != b""
+    cursor, page = conn.list_page("list-edge", b"", 0xFFFFFFFF)
+    assert len(page) == 5 and cursor == b""
+    assert sorted(k for k, _, _ in page) == [b"k%d" % i for i in range(5)]
+    assert all(size == 1 for _, size, _ in page)
+    conn.close()
+
+
+def test_client_that_leaves_before_reading_a_big_reply(case):
+    conn = case.greeted()
+    value = os.urandom(MAX_VALUE)
+    assert conn.put("pgo", b"big-reply", value) == STATUS["ok"]
+    conn.close()
+    for i in range(20):
+        c = case.greeted()
+        c.send(frame(OP["get"], key_body("pgo", b"big-reply"), rid=i) * 4)
+        c.sock.close()  # unread: the daemon's writes fail with EPIPE or ECONNRESET
+    case.wait_for_only_healthy()
+    assert case.healthy.get("pgo", b"big-reply") == (STATUS["ok"], value)
+    assert case.new_errors() == 0
+
+
+def test_many_idle_connections(case):
+    conns = [case.greeted() for _ in range(200)]
+    case.healthy.ping()
+    assert case.healthy.stats()["daemon"]["connections_active"] == 201
+    conns[-1].ping()
+    for c in conns:
+        c.close()
+    case.wait_for_only_healthy()
+
+
+def test_requests_counted_exactly(case):
+    conn = case.greeted()
+    before = conn.stats()["daemon"]["requests"]
+    conn.ping()
+    conn.get("pgo", b"canary")
+    conn.exists("pgo", b"nothing")
+    after = conn.stats()["daemon"]["requests"]
+    assert after - before == 4  # three requests and this STATS
+    conn.close()
 
 
 # ------------------------------------------------------ mid-PUT disconnect

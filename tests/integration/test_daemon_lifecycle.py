@@ -63,6 +63,30 @@ def test_entries_survive_sigterm_restart(make_daemon):
     assert "SIGINT: stopping" in d.log()
 
 
+def test_sigterm_with_idle_clients_exits_promptly(make_daemon):
+    d = make_daemon()
+    conns = [NativeClient(d.socket) for _ in range(5)]
+    partial = NativeClient(d.socket)
+    partial.send(frame(OP["get"], b"\x03pgo\x01\x00k", rid=9)[:5])  # half a header
+    elapsed = stopwatch()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(8) == 0
+    assert elapsed() < 3, f"idle connections held the stop for {elapsed():.1f} s"
+    for c in conns + [partial]:
+        assert c.closed_by_peer(timeout=2)
+        c.close()
+
+
+def test_version_flag():
+    r = subprocess.run([PT2CACHED, "--version"], capture_output=True, timeout=10)
+    assert r.returncode == 0
+    assert out(r).startswith("pt2cached ")
+    r = subprocess.run([PT2CACHED, "--help"], capture_output=True, timeout=10)
+    assert r.returncode == 0
+    for flag in ("--socket", "--cache-dir", "--log-level", "--set", "--print-config", "--config"):
+        assert flag in out(r), flag
+
+
 def test_second_daemon_on_same_socket_fails(make_daemon, tmp_root):
     first = make_daemon(sub="one")
     second = make_daemon(start=False, sub="two")
@@ -206,6 +230,10 @@ def test_print_config_values_and_sources(tmp_root):
     assert config_line(text, "daemon.idle_exit_s") == "daemon.idle_exit_s = 0  # default"
     assert config_line(text, "caches.fx_graph_cache") == "caches.fx_graph_cache = true  # default"
     assert "# warning" not in text
+    # A trailing slash does not double up.
+    r = print_config(tmp_root, TORCHINDUCTOR_CACHE_DIR=f"{tmp_root}/inductor/")
+    assert config_line(out(r), "disk.cache_dir").startswith(
+        f'disk.cache_dir = "{tmp_root}/inductor/pt2cache"')
     # --print-config only prints: nothing is created.
     assert not (tmp_root / "x.sock").exists()
     assert not (tmp_root / "inductor").exists()
@@ -318,6 +346,22 @@ def test_force_disable_alias(make_daemon):
     d = make_daemon(env={"TORCH_COMPILE_FORCE_DISABLE_CACHES": "1"})
     assert d.cli("put", "pgo", "k", input=b"v").returncode == OK
     assert d.cli("get", "pgo", "k").returncode == MISS
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: STATS force_disable_caches keeps the startup value "
+                   "after a SIGHUP changes it: stats_report.cpp reads Context::config, which "
+                   "Server::reload never updates")
+def test_stats_reports_reloaded_force_disable(make_daemon, tmp_root):
+    cfg = tmp_root / "pt2.toml"
+    cfg.write_text("[caches]\nforce_disable_caches = false\n")
+    d = make_daemon("--config", str(cfg))
+    assert d.stats()["force_disable_caches"] is False
+    cfg.write_text("[caches]\nforce_disable_caches = true\n")
+    since = len(d.log())
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for_log(d, r"configuration reloaded", since=since)
+    assert d.cli("put", "pgo", "k", input=b"v").returncode == OK
+    assert d.cli("get", "pgo", "k").returncode == MISS  # the policy did change
     assert d.stats()["force_disable_caches"] is True
 
 
@@ -387,6 +431,47 @@ def test_sighup_disk_max_size_applied_or_warned(make_daemon, tmp_root):
     conn.close()
     assert capacity == 1 << 20 or warned, \
         f"disk.max_size is still {capacity} after SIGHUP and nothing says it needs a restart"
+
+
+def test_sighup_applies_cache_switches(make_daemon, tmp_root):
+    cfg = tmp_root / "pt2.toml"
+    cfg.write_text("[caches]\nfx_graph_cache = true\n")
+    d = make_daemon("--config", str(cfg))
+    assert d.cli("put", "fx-graph", "before", input=b"v").returncode == OK
+    assert d.cli("get", "fx-graph", "before").returncode == OK
+    cfg.write_text("[caches]\nfx_graph_cache = false\nforce_disable_caches = false\n")
+    since = len(d.log())
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for_log(d, r"configuration reloaded", since=since)
+    wait_for_log(d, r"autograd_cache is off because fx_graph_cache is off", since=since)
+    assert d.cli("get", "fx-graph", "before").returncode == MISS
+    assert d.cli("put", "fx-graph", "after", input=b"v").returncode == OK
+    assert d.cli("get", "fx-graph", "after").returncode == MISS
+    assert d.cli("put", "pgo", "k", input=b"v").returncode == OK
+    assert d.cli("get", "pgo", "k").returncode == OK
+
+    cfg.write_text("[caches]\nforce_disable_caches = true\n")
+    since = len(d.log())
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for_log(d, r"configuration reloaded", since=since)
+    assert d.cli("get", "pgo", "k").returncode == MISS
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: STATS force_disable_caches keeps the startup value "
+                   "after a SIGHUP changes it: stats_report.cpp reads Context::config, which "
+                   "Server::reload never updates")
+def test_stats_reports_reloaded_force_disable(make_daemon, tmp_root):
+    cfg = tmp_root / "pt2.toml"
+    cfg.write_text("[caches]\nforce_disable_caches = false\n")
+    d = make_daemon("--config", str(cfg))
+    assert d.stats()["force_disable_caches"] is False
+    cfg.write_text("[caches]\nforce_disable_caches = true\n")
+    since = len(d.log())
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for_log(d, r"configuration reloaded", since=since)
+    assert d.cli("put", "pgo", "k", input=b"v").returncode == OK
+    assert d.cli("get", "pgo", "k").returncode == MISS  # the policy did change
+    assert d.stats()["force_disable_caches"] is True
 
 
 class QuietDaemon(Daemon):
