@@ -114,7 +114,8 @@ tl::expected<Loaded, ConfigError> load(const LoadOptions& options, const Environ
 
 // Every effective value, one per line, grouped by section, with where it came
 // from, e.g. "disk.max_size = 10737418240  # default". Passwords print as
-// "***". The output is valid TOML.
+// "***". The output is valid TOML. Warnings are not included: callers print
+// `loaded.warnings` themselves.
 std::string render(const Loaded& loaded);
 
 // $XDG_RUNTIME_DIR/pt2cache/pt2cached.sock when XDG_RUNTIME_DIR is set in

@@ -31,9 +31,6 @@ std::string render(const Loaded& loaded) {
     std::string out = "# pt2cached configuration: effective values and where they came from\n";
     out += fmt::format("# config file: {}\n",
                        loaded.config_file.empty() ? "none" : loaded.config_file);
-    for (const auto& warning : loaded.warnings) {
-        out += fmt::format("# warning: {}\n", warning);
-    }
 
     std::string_view section;
     for (const auto& setting : settings()) {

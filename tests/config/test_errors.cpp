@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+#include "config/config.hpp"
+#include "tests/config/helpers.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+using namespace pt2cache::config;
+using pt2cache::tests::ConfigFixture;
+using pt2cache::tests::make_env;
+
+namespace {
+
+constexpr std::string_view k_size_hint = "(suffixes: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)";
+constexpr std::string_view k_url_forms =
+    "expected redis://[user:password@]host[:port][/db] or unix:///path[?db=N]";
+
+// Loads and returns the error, which must be one line.
+std::string error_of(const tl::expected<Loaded, ConfigError>& loaded) {
+    REQUIRE_FALSE(loaded);
+    const std::string& message = loaded.error().message;
+    CHECK(message.find('\n') == std::string::npos);
+    return message;
+}
+
+} // namespace
+
+TEST_CASE("file errors name the file, the key and what is accepted", "[config][errors][file]") {
+    ConfigFixture fixture;
+    const std::string p = fixture.file_path();
+    struct Row {
+        std::string text;
+        std::string message; // after "<path>: "
+    };
+    const Row rows[] = {
+        {"[cache]\nmax_size = 1\n",
+         "cache: unknown section; the sections are daemon, memory, disk, caches, remote, resp, "
+         "bundle"},
+        {"max_size = 1\n",
+         "max_size: unknown section; the sections are daemon, memory, disk, caches, remote, "
+         "resp, bundle"},
+        {"disk = 5\n", "disk: expected a table [disk], got 5"},
+        {"[disk]\nmaxsize = 1\n",
+         "disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
+         "compress_level"},
+        {"[disk.extra]\nx = 1\n",
+         "disk.extra: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
+         "compress_level"},
+        {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password, tcp_port"},
+        // wrong type
+        {"[daemon]\nio_threads = \"4\"\n",
+         "daemon.io_threads: expected an integer from 1 to 64, got \"4\""},
+        {"[caches]\nfx_graph_cache = \"yes\"\n",
+         "caches.fx_graph_cache: expected true or false, got \"yes\""},
+        {"[caches]\nfx_graph_cache = 1\n", "caches.fx_graph_cache: expected true or false, got 1"},
+        {"[daemon]\nsocket = 5\n", "daemon.socket: expected a string, got 5"},
+        {"[remote]\nhost = [\"a\"]\n", "remote.host: expected a string, got an array"},
+        {"[daemon]\nidle_exit_s = 1.5\n",
+         "daemon.idle_exit_s: expected an integer of at least 0, got 1.5"},
+        // out of range
+        {"[daemon]\nio_threads = 0\n",
+         "daemon.io_threads: expected an integer from 1 to 64, got 0"},
+        {"[daemon]\nblocking_threads = 257\n",
+         "daemon.blocking_threads: expected an integer from 1 to 256, got 257"},
+        {"[daemon]\nidle_exit_s = -1\n",
+         "daemon.idle_exit_s: expected an integer of at least 0, got -1"},
+        {"[disk]\ncompress_level = 20\n",
+         "disk.compress_level: expected an integer from 1 to 19, got 20"},
+        {"[remote]\nport = 70000\n", "remote.port: expected an integer from 1 to 65535, got 70000"},
+        {"[remote]\nconnect_timeout_ms = 0\n",
+         "remote.connect_timeout_ms: expected an integer from 1 to 60000, got 0"},
+        {"[remote]\nop_timeout_ms = 600001\n",
+         "remote.op_timeout_ms: expected an integer from 1 to 600000, got 600001"},
+        {"[remote]\npool_size = 65\n",
+         "remote.pool_size: expected an integer from 1 to 64, got 65"},
+        {"[resp]\ntcp_port = 65536\n",
+         "resp.tcp_port: expected an integer from 0 to 65535, got 65536"},
+        {"[bundle]\nidle_timeout_s = 0\n",
+         "bundle.idle_timeout_s: expected an integer from 1 to 4294967295, got 0"},
+        {"[daemon]\nmax_value_size = \"4GiB\"\n",
+         "daemon.max_value_size: expected a size from 1 to 4294967295 bytes, got \"4GiB\""},
+        {"[daemon]\nmax_value_size = 0\n",
+         "daemon.max_value_size: expected a size from 1 to 4294967295 bytes, got 0"},
+        // bad size
+        {"[disk]\nmax_size = \"ten\"\n",
+         fmt::format("disk.max_size: expected a size like 10GiB or an integer number of bytes, "
+                     "got \"ten\" {}",
+                     k_size_hint)},
+        {"[disk]\nmax_size = 1.5\n",
+         "disk.max_size: expected a size like 10GiB or an integer number of bytes, got 1.5"},
+        {"[memory]\nmax_size = -1\n",
+         "memory.max_size: expected a size like 10GiB or an integer number of bytes, got -1"},
+        // strings with a form
+        {"[daemon]\nlog_level = \"verbose\"\n",
+         "daemon.log_level: expected one of trace, debug, info, warn, error, critical, off; got "
+         "\"verbose\""},
+        {"[disk]\ncache_dir = \"\"\n", "disk.cache_dir: expected a non-empty string, got \"\""},
+        {"[remote]\nurl = \"http://h\"\n",
+         fmt::format("remote.url: unsupported scheme \"http\" in \"http://h\"; {}", k_url_forms)},
+        {"[remote]\nurl = \"redis://:hunter2@h:0\"\n",
+         fmt::format("remote.url: bad port \"0\" (1 to 65535) in \"redis://:***@h:0\"; {}",
+                     k_url_forms)},
+    };
+    for (const auto& row : rows) {
+        INFO(row.text);
+        CHECK(error_of(fixture.load(row.text)) == fmt::format("{}: {}", p, row.message));
+    }
+}
+
+TEST_CASE("a TOML syntax error names the file, line and column", "[config][errors][file]") {
+    ConfigFixture fixture;
+    const std::string p = fixture.file_path();
+    // The description after the prefix is toml++'s own wording.
+    std::string syntax = error_of(fixture.load("[daemon]\nio_threads = = 3\n"));
+    CHECK(syntax.starts_with(p + ":2:14: TOML syntax error: "));
+    CHECK(syntax.find("could not determine value type") != std::string::npos);
+    std::string duplicate = error_of(fixture.load("[disk]\nmax_size = 1\nmax_size = 2\n"));
+    CHECK(duplicate.starts_with(p + ":3:"));
+    CHECK(duplicate.find("cannot redefine existing integer 'max_size'") != std::string::npos);
+    CHECK(error_of(fixture.load("[daemon\n")).starts_with(p + ":1:"));
+}
+
+TEST_CASE("an unreadable config file is an error", "[config][errors][file]") {
+    ConfigFixture fixture;
+    LoadOptions options;
+    options.config_path = fixture.home() + "/missing.toml";
+    CHECK(error_of(load(options, fixture.env())) ==
+          fixture.home() + "/missing.toml: cannot read the config file: No such file or directory");
+    options.config_path = fixture.home();
+    CHECK(error_of(load(options, fixture.env())) ==
+          fixture.home() + ": cannot read the config file: it is a directory");
+}
+
+TEST_CASE("environment errors name the variable and the key", "[config][errors][env]") {
+    ConfigFixture fixture;
+    struct Row {
+        std::string name;
+        std::string value;
+        std::string message;
+    };
+    const Row rows[] = {
+        {"TORCHINDUCTOR_REDIS_PORT", "abc",
+         "environment variable TORCHINDUCTOR_REDIS_PORT (remote.port): expected an integer "
+         "from 1 to 65535, got \"abc\""},
+        {"TORCHINDUCTOR_REDIS_PORT", "0",
+         "environment variable TORCHINDUCTOR_REDIS_PORT (remote.port): expected an integer "
+         "from 1 to 65535, got \"0\""},
+        {"TORCHINDUCTOR_REDIS_EXPIRE", "-5",
+         "environment variable TORCHINDUCTOR_REDIS_EXPIRE (remote.expire_s): expected an "
+         "integer of at least 0, got \"-5\""},
+        {"PT2CACHE_LOG_LEVEL", "loud",
+         "environment variable PT2CACHE_LOG_LEVEL (daemon.log_level): expected one of trace, "
+         "debug, info, warn, error, critical, off; got \"loud\""},
+        {"TORCHINDUCTOR_REDIS_URL", "http://x",
+         fmt::format("environment variable TORCHINDUCTOR_REDIS_URL (remote.url): unsupported "
+                     "scheme \"http\" in \"http://x\"; {}",
+                     k_url_forms)},
+        {"TORCHINDUCTOR_REDIS_URL", "redis://u:hunter2@h:99999",
+         fmt::format("environment variable TORCHINDUCTOR_REDIS_URL (remote.url): bad port "
+                     "\"99999\" (1 to 65535) in \"redis://u:***@h:99999\"; {}",
+                     k_url_forms)},
+    };
+    for (const auto& row : rows) {
+        INFO(row.name << "=" << row.value);
+        CHECK(error_of(fixture.load("", {{row.name, row.value}})) == row.message);
+    }
+}
+
+TEST_CASE("flag errors name the key", "[config][errors][flags]") {
+    ConfigFixture fixture;
+    struct Row {
+        std::string key;
+        std::string value;
+        std::string message;
+    };
+    const Row rows[] = {
+        {"disk.maxsize", "1",
+         "command line: disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, "
+         "compress_threshold, compress_level"},
+        {"nosection", "1",
+         "command line: nosection: unknown setting; expected section.key with a section among "
+         "daemon, memory, disk, caches, remote, resp, bundle"},
+        {"cache.max_size", "1",
+         "command line: cache.max_size: unknown setting; expected section.key with a section "
+         "among daemon, memory, disk, caches, remote, resp, bundle"},
+        {"daemon.io_threads", "100",
+         "command line: daemon.io_threads: expected an integer from 1 to 64, got \"100\""},
+        {"remote.read_only", "maybe",
+         "command line: remote.read_only: expected true or false (or 1/0, yes/no, on/off), got "
+         "\"maybe\""},
+        {"disk.max_size", "lots",
+         fmt::format("command line: disk.max_size: expected a size like 10GiB or an integer "
+                     "number of bytes, got \"lots\" {}",
+                     k_size_hint)},
+        {"daemon.socket", "", "command line: daemon.socket: expected a non-empty string, got \"\""},
+    };
+    for (const auto& row : rows) {
+        INFO(row.key << "=" << row.value);
+        CHECK(error_of(fixture.load("", {}, {{row.key, row.value}})) == row.message);
+    }
+}
+
+TEST_CASE("a socket path too long for sun_path is an error", "[config][errors]") {
+    ConfigFixture fixture;
+    std::string dir = "/run/" + std::string(100, 'd');
+    CHECK(error_of(fixture.load("", {{"XDG_RUNTIME_DIR", dir}})) ==
+          fmt::format("daemon.socket (default from XDG_RUNTIME_DIR): expected a path of at most "
+                      "107 bytes (the limit of a Unix socket address), got {} bytes",
+                      dir.size() + 24));
+    CHECK(error_of(fixture.load("", {{"PT2CACHE_SOCKET", "/" + std::string(107, 's')}})) ==
+          "environment variable PT2CACHE_SOCKET (daemon.socket): expected a path of at most 107 "
+          "bytes (the limit of a Unix socket address), got 108 bytes");
+    auto fits = fixture.load("", {{"PT2CACHE_SOCKET", "/" + std::string(106, 's')}});
+    CHECK(fits);
+}

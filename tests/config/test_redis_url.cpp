@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+#include "config/redis_url.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+using namespace pt2cache::config;
+
+TEST_CASE("redis:// URLs with every part", "[config][redis_url]") {
+    auto url = parse_redis_url("redis://user:pw@h:7000/3");
+    REQUIRE(url);
+    CHECK(url->host == "h");
+    CHECK(url->port == 7000);
+    CHECK(url->username == "user");
+    CHECK(url->password == "pw");
+    CHECK(url->db == 3);
+    CHECK(url->unix_socket.empty());
+}
+
+TEST_CASE("redis:// URLs with parts left out", "[config][redis_url]") {
+    SECTION("password only") {
+        auto url = parse_redis_url("redis://:pw@h");
+        REQUIRE(url);
+        CHECK(url->host == "h");
+        CHECK(url->port == 6379);
+        CHECK(url->username.empty());
+        CHECK(url->password == "pw");
+        CHECK(url->db == 0);
+    }
+    SECTION("host only, trailing slash") {
+        auto url = parse_redis_url("redis://cache.example.com/");
+        REQUIRE(url);
+        CHECK(url->host == "cache.example.com");
+        CHECK(url->port == 6379);
+        CHECK(url->username.empty());
+        CHECK(url->password.empty());
+        CHECK(url->db == 0);
+    }
+    SECTION("user name without password") {
+        auto url = parse_redis_url("redis://alice@h:1");
+        REQUIRE(url);
+        CHECK(url->username == "alice");
+        CHECK(url->password.empty());
+        CHECK(url->port == 1);
+    }
+    SECTION("IPv6 host and db as a parameter") {
+        auto url = parse_redis_url("redis://[::1]:6380?db=5");
+        REQUIRE(url);
+        CHECK(url->host == "::1");
+        CHECK(url->port == 6380);
+        CHECK(url->db == 5);
+    }
+    SECTION("percent-encoded credentials") {
+        auto url = parse_redis_url("redis://us%40er:p%3Aw%2F@h");
+        REQUIRE(url);
+        CHECK(url->username == "us@er");
+        CHECK(url->password == "p:w/");
+    }
+}
+
+TEST_CASE("unix:// URLs", "[config][redis_url]") {
+    auto url = parse_redis_url("unix:///run/r.sock");
+    REQUIRE(url);
+    CHECK(url->unix_socket == "/run/r.sock");
+    CHECK(url->host.empty());
+    CHECK(url->db == 0);
+
+    auto with_db = parse_redis_url("unix://:secret@/run/r.sock?db=2");
+    REQUIRE(with_db);
+    CHECK(with_db->unix_socket == "/run/r.sock");
+    CHECK(with_db->password == "secret");
+    CHECK(with_db->db == 2);
+}
+
+TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][redis_url]") {
+    struct Row {
+        std::string_view url;
+        std::string_view reason;
+        std::string_view shown; // the URL as the message repeats it
+    };
+    const Row rows[] = {
+        {"http://h", "unsupported scheme \"http\"", "http://h"},
+        {"rediss://h", "unsupported scheme \"rediss\"", "rediss://h"},
+        {"localhost:6379", "not a URL", "localhost:6379"},
+        {"redis://", "missing host", "redis://"},
+        {"redis://:pw@:80", "missing host", "redis://:***@:80"},
+        {"redis://h:0", "bad port \"0\" (1 to 65535)", "redis://h:0"},
+        {"redis://h:65536", "bad port \"65536\" (1 to 65535)", "redis://h:65536"},
+        {"redis://h:x", "bad port \"x\" (1 to 65535)", "redis://h:x"},
+        {"redis://h:", "empty port", "redis://h:"},
+        {"redis://h/zero", "bad database number \"zero\"", "redis://h/zero"},
+        {"redis://h/-1", "bad database number \"-1\"", "redis://h/-1"},
+        {"redis://h?db=x", "bad database number \"x\"", "redis://h?db=x"},
+        {"redis://h?timeout=3", "unsupported URL parameter \"timeout\" (only db=N is accepted)",
+         "redis://h?timeout=3"},
+        {"redis://[::1", "unterminated [IPv6 address]", "redis://[::1"},
+        {"redis://u:p%4@h", "bad percent-encoding in the user name or password", "redis://u:***@h"},
+        {"unix://run/r.sock",
+         "a unix:// URL takes no host: write unix:///absolute/path (three slashes)",
+         "unix://run/r.sock"},
+        {"unix://", "missing socket path", "unix://"},
+    };
+    for (const auto& row : rows) {
+        INFO(row.url);
+        auto url = parse_redis_url(row.url);
+        REQUIRE_FALSE(url);
+        CHECK(url.error() == fmt::format("{} in \"{}\"; expected redis://[user:password@]"
+                                         "host[:port][/db] or unix:///path[?db=N]",
+                                         row.reason, row.shown));
+    }
+}
+
+TEST_CASE("mask_redis_url hides only the password", "[config][redis_url]") {
+    CHECK(mask_redis_url("redis://user:pw@h:7000/3") == "redis://user:***@h:7000/3");
+    CHECK(mask_redis_url("redis://:pw@h") == "redis://:***@h");
+    CHECK(mask_redis_url("redis://alice@h") == "redis://alice@h");
+    CHECK(mask_redis_url("redis://h:6379/0") == "redis://h:6379/0");
+    CHECK(mask_redis_url("unix://:s3cret@/run/r.sock?db=1") == "unix://:***@/run/r.sock?db=1");
+    CHECK(mask_redis_url("unix:///run/r.sock") == "unix:///run/r.sock");
+    CHECK(mask_redis_url("not a url") == "not a url");
+}
