@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    daemon::setup_logging(loaded->config.log_level);
+    daemon::set_log_level(loaded->config.log_level);
     try {
         return daemon::run_server(std::move(*loaded), std::move(options));
     } catch (const daemon::Fatal& e) {

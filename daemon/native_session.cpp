@@ -1,6 +1,7 @@
 #include "daemon/native_session.hpp"
 
 #include <cstring>
+#include <limits>
 
 #include "daemon/connection.hpp"
 #include "daemon/log.hpp"
@@ -68,7 +69,8 @@ awaitable<void> NativeSession::run() {
 
             if (auto* error = std::get_if<proto::Error>(&result)) {
                 proto::Header header;
-                if (view.size() >= proto::k_header_size && view[0] == proto::k_magic0) {
+                if (view.size() >= proto::k_header_size && view[0] == proto::k_magic0 &&
+                    view[1] == proto::k_magic1) {
                     header.op = static_cast<Op>(view[2]);
                     std::memcpy(&header.id, view.data() + 4, sizeof header.id);
                 }
@@ -162,6 +164,9 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
     case Op::del:
         co_return co_await handle_key_op(header, body);
     case Op::stats: {
+        if (!body.empty()) {
+            co_return fail(header, {Status::malformed, "STATS takes an empty body"});
+        }
         const auto json = stats_report(m_context).dump();
         reply(header, Status::ok, proto::as_bytes(json));
         co_return true;
@@ -240,7 +245,10 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     store::Entry entry;
     entry.value = owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
     entry.created_ms = store::now_ms();
-    if (request->ttl_ms != 0) {
+    // A TTL past the end of time means no expiry, not an overflow into the past.
+    const auto room =
+        static_cast<std::uint64_t>(std::numeric_limits<store::UnixMs>::max() - entry.created_ms);
+    if (request->ttl_ms != 0 && request->ttl_ms < room) {
         entry.expires_ms = entry.created_ms + static_cast<store::UnixMs>(request->ttl_ms);
     }
     const auto mode =

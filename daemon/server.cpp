@@ -94,6 +94,8 @@ int Server::run() {
     }
 
     m_context.config = config;
+    // A bare file name means the current directory; keep it absolute from here.
+    m_context.config.socket_path = fs::absolute(config.socket_path).string();
     m_context.max_value = config.max_value_size;
     m_context.blocking = &m_blocking;
     m_context.store = make_store(config, m_context.stats);
@@ -107,8 +109,9 @@ int Server::run() {
     const auto ready_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
-    log.info("ready on {} (cache {}, {} io threads, {} workers) in {:.1f} ms", config.socket_path,
-             config.cache_dir, config.io_threads, config.blocking_threads, ready_us / 1000.0);
+    log.info("ready on {} (cache {}, {} io threads, {} workers) in {:.1f} ms",
+             m_context.config.socket_path, config.cache_dir, config.io_threads,
+             config.blocking_threads, ready_us / 1000.0);
     ::sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%ld", config.socket_path.c_str(),
                  static_cast<long>(::getpid()));
 
@@ -129,7 +132,7 @@ int Server::run() {
 }
 
 void Server::listen() {
-    const fs::path socket_path = m_context.config.socket_path;
+    const fs::path socket_path = m_context.config.socket_path; // absolute
     std::optional<int> fd = inherited_listener();
     if (fd) {
         logger("daemon").info("using the socket passed by systemd");
@@ -193,9 +196,24 @@ void Server::reload() {
     }
     const auto& fresh = loaded->config;
     const auto& old = m_context.config;
-    if (fresh.socket_path != old.socket_path || fresh.cache_dir != old.cache_dir ||
-        fresh.io_threads != old.io_threads || fresh.blocking_threads != old.blocking_threads) {
-        log.warn("SIGHUP: socket, cache_dir and thread counts change only on restart");
+    // What the running tiers and threads were built with changes on restart only.
+    const std::pair<bool, std::string_view> fixed[] = {
+        {fs::absolute(fresh.socket_path).string() != old.socket_path, "daemon.socket"},
+        {fresh.io_threads != old.io_threads, "daemon.io_threads"},
+        {fresh.blocking_threads != old.blocking_threads, "daemon.blocking_threads"},
+        {fresh.cache_dir != old.cache_dir, "disk.cache_dir"},
+        {fresh.disk_max_size != old.disk_max_size, "disk.max_size"},
+        {fresh.compress_threshold != old.compress_threshold, "disk.compress_threshold"},
+        {fresh.compress_level != old.compress_level, "disk.compress_level"},
+        {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
+        {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
+        {fresh.resp_password != old.resp_password, "resp.password"},
+    };
+    for (const auto& [changed, name] : fixed) {
+        if (changed) {
+            log.warn("SIGHUP: {} changed in the configuration but takes effect only on restart",
+                     name);
+        }
     }
     set_log_level(fresh.log_level);
     m_context.max_value = fresh.max_value_size;

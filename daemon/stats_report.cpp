@@ -12,7 +12,7 @@ nlohmann::json stats_report(Context& context) {
     report["version"] = PT2CACHE_VERSION;
     report["socket"] = context.config.socket_path;
     report["cache_dir"] = context.config.cache_dir;
-    report["force_disable_caches"] = context.config.force_disable_caches;
+    report["force_disable_caches"] = context.store->policy()->force_disable;
     report["tiers"] = context.store->tier_summary();
     return report;
 }

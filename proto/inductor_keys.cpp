@@ -69,6 +69,9 @@ std::optional<std::string> to_redis_key(std::string_view ns, std::string_view ke
     if (ns == k_redis_namespace) {
         return std::string(key);
     }
+    if (ns == "autotune" && key.find(k_separator) == key.npos) {
+        return std::nullopt; // a local `<hex>.best_config` entry: never remote
+    }
     if (ns == "autotune" || (ns == "aot-autograd" && key.find(k_separator) != key.npos)) {
         return fmt::format("{}{}{}", k_prefix, key, k_version_suffix);
     }

@@ -155,6 +155,29 @@ tl::expected<std::string_view, Error> parse_clear(std::span<const std::byte> bod
     return ns;
 }
 
+tl::expected<BundleBeginRequest, Error> parse_bundle_begin(std::span<const std::byte> body) {
+    ByteReader reader(body);
+    BundleBeginRequest request;
+    request.code_hash = reader.str16();
+    request.backend_hash = reader.str16();
+    if (!reader.at_end()) {
+        return malformed("BUNDLE_BEGIN body");
+    }
+    if (request.code_hash.empty()) {
+        return tl::unexpected(Error{Status::malformed, "BUNDLE_BEGIN needs a code hash"});
+    }
+    return request;
+}
+
+tl::expected<std::uint64_t, Error> parse_bundle_end(std::span<const std::byte> body) {
+    ByteReader reader(body);
+    const auto token = reader.integer<std::uint64_t>();
+    if (!reader.at_end()) {
+        return malformed("BUNDLE_END body");
+    }
+    return token;
+}
+
 // ---- request encoding ----
 
 namespace {
@@ -236,6 +259,19 @@ void encode_clear(std::vector<std::byte>& out, std::uint32_t id, std::string_vie
     finish_frame(out, at);
 }
 
+void encode_bundle_begin(std::vector<std::byte>& out, std::uint32_t id,
+                         const BundleBeginRequest& request) {
+    const auto at = begin_frame(out, Op::bundle_begin, 0, id);
+    ByteWriter(out).str16(request.code_hash).str16(request.backend_hash);
+    finish_frame(out, at);
+}
+
+void encode_bundle_end(std::vector<std::byte>& out, std::uint32_t id, std::uint64_t token) {
+    const auto at = begin_frame(out, Op::bundle_end, 0, id);
+    ByteWriter(out).integer(token);
+    finish_frame(out, at);
+}
+
 // ---- responses ----
 
 void encode_response_header(std::vector<std::byte>& out, Op op, std::uint32_t id, Status status,
@@ -286,6 +322,47 @@ void encode_count_response(std::vector<std::byte>& out, Op op, std::uint32_t id,
     const auto at = begin_frame(out, op, static_cast<std::uint8_t>(Status::ok), id);
     ByteWriter(out).integer(count);
     finish_frame(out, at);
+}
+
+void encode_bundle_begin_response(std::vector<std::byte>& out, std::uint32_t id,
+                                  const BundleBeginResponse& response) {
+    const auto at = begin_frame(out, Op::bundle_begin, static_cast<std::uint8_t>(Status::ok), id);
+    ByteWriter(out)
+        .integer(response.token)
+        .integer(static_cast<std::uint8_t>(response.hit ? 1 : 0))
+        .integer(response.entries)
+        .integer(response.time_saved_ms);
+    finish_frame(out, at);
+}
+
+void encode_bundle_end_response(std::vector<std::byte>& out, std::uint32_t id,
+                                std::uint32_t entries) {
+    const auto at = begin_frame(out, Op::bundle_end, static_cast<std::uint8_t>(Status::ok), id);
+    ByteWriter(out).integer(entries);
+    finish_frame(out, at);
+}
+
+tl::expected<BundleBeginResponse, Error>
+parse_bundle_begin_response(std::span<const std::byte> body) {
+    ByteReader reader(body);
+    BundleBeginResponse response;
+    response.token = reader.integer<std::uint64_t>();
+    response.hit = reader.integer<std::uint8_t>() != 0;
+    response.entries = reader.integer<std::uint32_t>();
+    response.time_saved_ms = reader.integer<std::uint64_t>();
+    if (!reader.at_end()) {
+        return malformed("BUNDLE_BEGIN response");
+    }
+    return response;
+}
+
+tl::expected<std::uint32_t, Error> parse_bundle_end_response(std::span<const std::byte> body) {
+    ByteReader reader(body);
+    const auto entries = reader.integer<std::uint32_t>();
+    if (!reader.at_end()) {
+        return malformed("BUNDLE_END response");
+    }
+    return entries;
 }
 
 tl::expected<HelloResponse, Error> parse_hello_response(std::span<const std::byte> body) {

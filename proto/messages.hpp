@@ -67,6 +67,18 @@ struct ListResponse {
     std::vector<ListEntry> entries;
 };
 
+struct BundleBeginRequest {
+    std::string_view code_hash;
+    std::string_view backend_hash;
+};
+
+struct BundleBeginResponse {
+    std::uint64_t token = 0;
+    bool hit = false;
+    std::uint32_t entries = 0;
+    std::uint64_t time_saved_ms = 0;
+};
+
 // ---- request parsing (daemon side) ----
 tl::expected<HelloRequest, Error> parse_hello(std::span<const std::byte> body);
 tl::expected<GetRequest, Error> parse_get(const Header& header, std::span<const std::byte> body);
@@ -76,6 +88,9 @@ tl::expected<PutRequest, Error> parse_put(const Header& header, std::span<const 
 tl::expected<KeyRef, Error> parse_key(std::span<const std::byte> body);
 tl::expected<ListRequest, Error> parse_list(std::span<const std::byte> body);
 tl::expected<std::string_view, Error> parse_clear(std::span<const std::byte> body);
+tl::expected<BundleBeginRequest, Error> parse_bundle_begin(std::span<const std::byte> body);
+// BUNDLE_END's body: the token.
+tl::expected<std::uint64_t, Error> parse_bundle_end(std::span<const std::byte> body);
 
 // ---- request encoding (client side); each appends one whole frame ----
 void encode_hello(std::vector<std::byte>& out, std::uint32_t id, const HelloRequest& request);
@@ -88,6 +103,9 @@ void encode_put_head(std::vector<std::byte>& out, std::uint32_t id, const PutReq
 void encode_stats(std::vector<std::byte>& out, std::uint32_t id);
 void encode_list(std::vector<std::byte>& out, std::uint32_t id, const ListRequest& request);
 void encode_clear(std::vector<std::byte>& out, std::uint32_t id, std::string_view ns);
+void encode_bundle_begin(std::vector<std::byte>& out, std::uint32_t id,
+                         const BundleBeginRequest& request);
+void encode_bundle_end(std::vector<std::byte>& out, std::uint32_t id, std::uint64_t token);
 
 // ---- responses ----
 // Appends a response header whose body is `body_length` bytes long; the caller
@@ -104,7 +122,15 @@ void encode_list_response(std::vector<std::byte>& out, std::uint32_t id,
 void encode_count_response(std::vector<std::byte>& out, Op op, std::uint32_t id,
                            std::uint64_t count);
 
+void encode_bundle_begin_response(std::vector<std::byte>& out, std::uint32_t id,
+                                  const BundleBeginResponse& response);
+void encode_bundle_end_response(std::vector<std::byte>& out, std::uint32_t id,
+                                std::uint32_t entries);
+
 tl::expected<HelloResponse, Error> parse_hello_response(std::span<const std::byte> body);
+tl::expected<BundleBeginResponse, Error>
+parse_bundle_begin_response(std::span<const std::byte> body);
+tl::expected<std::uint32_t, Error> parse_bundle_end_response(std::span<const std::byte> body);
 tl::expected<ListResponse, Error> parse_list_response(std::span<const std::byte> body);
 tl::expected<std::uint64_t, Error> parse_count_response(std::span<const std::byte> body);
 // The message of an error response body (status >= 0x10).

@@ -204,9 +204,6 @@ def test_bad_first_magic_byte_after_hello(case):
     assert case.new_errors() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a frame whose second magic byte is wrong is answered "
-                   "under the frame's op and id instead of op 0 and id 0 (native_session.cpp "
-                   "copies op/id when only view[0] matches the magic)")
 def test_bad_second_magic_byte_after_hello(case):
     conn = case.greeted()
     conn.send(b"\xf2Q" + frame(OP["get"], key_body("pgo", b"canary"), rid=84)[2:])
@@ -389,8 +386,6 @@ def test_malformed_bodies(case, name, op, body):
     assert case.new_errors() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: STATS with a non-empty body is answered OK; the spec "
-                   "gives STATS an empty body and MALFORMED for bodies that do not match")
 def test_stats_with_body_is_malformed(case):
     conn = case.greeted()
     conn.send(frame(OP["stats"], b"unexpected", rid=93))
@@ -399,9 +394,6 @@ def test_stats_with_body_is_malformed(case):
 
 
 @pytest.mark.parametrize("ttl_ms", [2**63 - 1, 2**63, 2**64 - 1])
-@pytest.mark.xfail(strict=True, reason="BUG: a PUT ttl_ms >= 2^63 - now wraps: native_session.cpp "
-                   "handle_put adds it to created_ms as a signed int64 (overflow, UB), so the entry "
-                   "is stored already expired and the PUT's OK is a lie")
 def test_huge_ttl_does_not_expire_at_once(case, ttl_ms):
     conn = case.greeted()
     key = b"huge-ttl-%d" % ttl_ms

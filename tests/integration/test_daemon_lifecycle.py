@@ -320,10 +320,6 @@ def test_relative_socket_with_dot_slash(tmp_root):
         proc.wait(10)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --socket NAME without a directory part fails with "
-                   "'cannot create socket directory : No such file or directory' (empty path): "
-                   "server.cpp Server::listen passes socket_path.parent_path() == '' to "
-                   "prepare_socket_directory")
 def test_relative_socket_in_current_directory(tmp_root):
     proc = run_in(tmp_root, "--socket", "rel.sock", "--cache-dir", "cache")
     try:
@@ -384,9 +380,6 @@ def test_force_disable_alias(make_daemon):
     assert d.cli("get", "pgo", "k").returncode == MISS
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: STATS force_disable_caches keeps the startup value "
-                   "after a SIGHUP changes it: stats_report.cpp reads Context::config, which "
-                   "Server::reload never updates")
 def test_stats_reports_reloaded_force_disable(make_daemon, tmp_root):
     cfg = tmp_root / "pt2.toml"
     cfg.write_text("[caches]\nforce_disable_caches = false\n")
@@ -446,9 +439,6 @@ def test_idle_exit(make_daemon):
     assert not d.socket.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: SIGHUP logs 'configuration reloaded' but silently "
-                   "ignores disk.max_size (and memory.max_size, disk.compress_*): "
-                   "server.cpp Server::reload neither applies them nor warns")
 def test_sighup_disk_max_size_applied_or_warned(make_daemon, tmp_root):
     cfg = tmp_root / "pt2.toml"
     cfg.write_text('[disk]\nmax_size = "10MiB"\n')
@@ -493,9 +483,6 @@ def test_sighup_applies_cache_switches(make_daemon, tmp_root):
     assert d.cli("get", "pgo", "k").returncode == MISS
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: STATS force_disable_caches keeps the startup value "
-                   "after a SIGHUP changes it: stats_report.cpp reads Context::config, which "
-                   "Server::reload never updates")
 def test_stats_reports_reloaded_force_disable(make_daemon, tmp_root):
     cfg = tmp_root / "pt2.toml"
     cfg.write_text("[caches]\nforce_disable_caches = false\n")

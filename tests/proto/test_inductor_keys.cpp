@@ -34,6 +34,7 @@ TEST_CASE("Inductor keys map to namespaces and back", "[proto][keys]") {
         CHECK(to_redis_key(row.mapped.ns, row.mapped.key) == row.redis_key);
     }
     CHECK_FALSE(to_redis_key("my-namespace", "k"));
+    CHECK_FALSE(to_redis_key("autotune", hex64 + ".best_config"));
     CHECK(canonical_cache_id("fx-graph") == "fx-graph-v1");
     CHECK(canonical_cache_id("autotune").empty());
 }

@@ -170,3 +170,37 @@ TEST_CASE("error and count responses", "[proto][messages]") {
     auto frame = round_trip(clear);
     CHECK(parse_clear(frame.body) == std::string_view("pgo"));
 }
+
+TEST_CASE("BUNDLE_BEGIN and BUNDLE_END round trips", "[proto][messages][bundle]") {
+    std::vector<std::byte> wire;
+    encode_bundle_begin(wire, 11, BundleBeginRequest{"codehash", "backend"});
+    auto frame = round_trip(wire);
+    auto begin = parse_bundle_begin(frame.body);
+    REQUIRE(begin);
+    CHECK(begin->code_hash == "codehash");
+    CHECK(begin->backend_hash == "backend");
+
+    std::vector<std::byte> reply;
+    encode_bundle_begin_response(reply, 11, BundleBeginResponse{0x1234, true, 7, 99});
+    auto parsed = parse_bundle_begin_response(std::span(reply).subspan(k_header_size));
+    REQUIRE(parsed);
+    CHECK(parsed->token == 0x1234);
+    CHECK(parsed->hit);
+    CHECK(parsed->entries == 7);
+    CHECK(parsed->time_saved_ms == 99);
+
+    std::vector<std::byte> end;
+    encode_bundle_end(end, 12, 0x1234);
+    auto end_frame = round_trip(end);
+    CHECK(parse_bundle_end(end_frame.body) == 0x1234u);
+
+    std::vector<std::byte> end_reply;
+    encode_bundle_end_response(end_reply, 12, 5);
+    CHECK(parse_bundle_end_response(std::span(end_reply).subspan(k_header_size)) == 5u);
+
+    SECTION("an empty code hash is malformed") {
+        std::vector<std::byte> empty;
+        encode_bundle_begin(empty, 1, BundleBeginRequest{"", "b"});
+        CHECK_FALSE(parse_bundle_begin(round_trip(empty).body));
+    }
+}
