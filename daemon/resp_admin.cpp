@@ -37,6 +37,9 @@ void RespSession::reset() {
     m_version = 2;
     m_authenticated = false;
     m_name.clear();
+    m_in_multi = false;
+    m_multi_failed = false;
+    m_queued.clear();
 }
 
 RespSession::Next RespSession::auth(Args args) {
@@ -47,8 +50,17 @@ RespSession::Next RespSession::auth(Args args) {
     }
     const auto& password = m_context.config.resp_password;
     if (password.empty()) {
-        reply.error("ERR AUTH <password> called without any password configured for the default "
-                    "user. Are you sure your configuration is correct?");
+        if (args.size() == 3 && args[1] == "default") {
+            // As Redis's passwordless default user: any password is accepted,
+            // so a URL that carries credentials still works.
+            m_authenticated = true;
+            reply.simple("OK");
+            return Next::keep;
+        }
+        reply.error(args.size() == 2
+                        ? "ERR AUTH <password> called without any password configured for the "
+                          "default user. Are you sure your configuration is correct?"
+                        : "WRONGPASS invalid username-password pair or user is disabled.");
         return Next::keep;
     }
     const bool user_ok = args.size() == 2 || args[1] == "default";
@@ -95,10 +107,11 @@ RespSession::Next RespSession::hello(Args args) {
         }
     }
     if (!authenticated()) {
+        // Redis 7.0's wording (the version reported).
         Writer(m_out.bytes(), m_version)
             .error("NOAUTH HELLO must be called with the client already authenticated, otherwise "
-                   "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "
-                   "client and select the RESP protocol version at the same time");
+                   "the HELLO AUTH <user> <pass> option can be used to authenticate the client "
+                   "and select the RESP protocol version at the same time");
         return Next::keep;
     }
     m_version = version;
@@ -183,10 +196,7 @@ RespSession::Next RespSession::info(Args args) {
             misses += per_tier["disk"].value("misses", std::uint64_t(0));
         }
     }
-    std::int64_t keys = 0;
-    if (report["tiers"].contains("disk") && report["tiers"]["disk"].contains("entries")) {
-        keys = report["tiers"]["disk"]["entries"].get<std::int64_t>();
-    }
+    const auto keys = key_count();
 
     std::string text;
     const auto section = [&](std::string_view name) {
@@ -229,7 +239,9 @@ RespSession::Next RespSession::info(Args args) {
 RespSession::Next RespSession::command(Args args) {
     Writer reply(m_out.bytes(), m_version);
     if (args.size() >= 2 && iequals(args[1], "DOCS")) {
-        reply.map(0); // redis-cli falls back to its built-in help
+        // An error (as from a server older than 7.0) makes redis-cli use its
+        // built-in help table; an empty reply would leave it with no help.
+        reply.error("ERR unknown subcommand 'DOCS'. Try COMMAND HELP.");
     } else if (args.size() >= 2 && iequals(args[1], "COUNT")) {
         reply.integer(20);
     } else if (args.size() >= 2 && iequals(args[1], "INFO")) {

@@ -1,6 +1,7 @@
 #include "daemon/resp_session.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <optional>
 
@@ -60,10 +61,15 @@ awaitable<void> RespSession::run() {
     std::size_t want = 0;
     for (;;) {
         while (input.size() > 0) {
-            const proto::resp::Limits limits{m_context.max_value.load()};
+            const auto max_value = m_context.max_value.load();
+            const proto::resp::Limits limits{std::max(proto::resp::k_max_bulk, max_value),
+                                             max_value};
             auto result = proto::resp::parse_command(input.readable(), limits);
             if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {
-                want = need->bytes;
+                // Grow by what actually arrives (at most doubling per read),
+                // never by what a length claims: a client that announces
+                // 500 MiB and sends nothing must not cost 500 MiB.
+                want = std::min(need->bytes, std::max<std::size_t>(input.size(), 64 * 1024));
                 break;
             }
             if (auto* error = std::get_if<proto::resp::ProtocolError>(&result)) {
@@ -71,6 +77,15 @@ awaitable<void> RespSession::run() {
                 logger("resp").warn("[{}] protocol error: {}; closing", m_connection.id(),
                                     error->message);
                 Writer(m_out.bytes(), m_version).error("ERR Protocol error: " + error->message);
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+            if (auto* large = std::get_if<proto::resp::TooLarge>(&result)) {
+                // Most likely a SET of a value over the limit: no -ERR (see
+                // the header), but replies already due still go out.
+                refuse("a command",
+                       fmt::format("argument {} announces {} bytes, over max_value_size {}",
+                                   large->index + 1, large->length, max_value));
                 co_await m_connection.flush(m_out);
                 co_return;
             }
@@ -97,22 +112,108 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
     const auto name = upper(args[0]);
     Writer reply(m_out.bytes(), m_version);
 
-    // Allowed before authentication.
+    if (name == "QUIT") {
+        reply.simple("OK");
+        co_return Next::close;
+    }
+    // Allowed before authentication (and run at once, not queued by MULTI).
+    if (!m_in_multi && (name == "HELLO" || name == "AUTH")) {
+        co_return co_await dispatch(name, args);
+    }
+    if (name == "RESET") {
+        reset();
+        reply.simple("RESET");
+        co_return Next::keep;
+    }
+    if (!authenticated()) {
+        m_multi_failed = m_in_multi;
+        reply.error("NOAUTH Authentication required.");
+        co_return Next::keep;
+    }
+    if (name == "MULTI") {
+        if (m_in_multi) {
+            reply.error("ERR MULTI calls can not be nested");
+        } else {
+            m_in_multi = true;
+            reply.simple("OK");
+        }
+        co_return Next::keep;
+    }
+    if (name == "EXEC") {
+        co_return co_await exec();
+    }
+    if (name == "DISCARD") {
+        if (!m_in_multi) {
+            reply.error("ERR DISCARD without MULTI");
+        } else {
+            m_in_multi = false;
+            m_multi_failed = false;
+            m_queued.clear();
+            reply.simple("OK");
+        }
+        co_return Next::keep;
+    }
+    if (m_in_multi) {
+        co_return queue(name, args);
+    }
+    co_return co_await dispatch(name, args);
+}
+
+namespace {
+
+// What dispatch() serves; MULTI queues only these.
+constexpr std::array<std::string_view, 16> k_commands = {
+    "GET",  "SET",    "MGET",   "EXISTS", "DEL",     "UNLINK", "DBSIZE", "PING",
+    "ECHO", "SELECT", "CLIENT", "INFO",   "COMMAND", "CONFIG", "HELLO",  "AUTH",
+};
+
+} // namespace
+
+RespSession::Next RespSession::queue(const std::string& name, Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (std::find(k_commands.begin(), k_commands.end(), name) == k_commands.end()) {
+        m_multi_failed = true;
+        reply.error(proto::resp::unknown_command_message(args));
+        return Next::keep;
+    }
+    m_queued.emplace_back(args.begin(), args.end());
+    reply.simple("QUEUED");
+    return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::exec() {
+    Writer reply(m_out.bytes(), m_version);
+    if (!m_in_multi) {
+        reply.error("ERR EXEC without MULTI");
+        co_return Next::keep;
+    }
+    const auto queued = std::move(m_queued);
+    const bool failed = m_multi_failed;
+    m_queued.clear();
+    m_in_multi = false;
+    m_multi_failed = false;
+    if (failed) {
+        reply.error("EXECABORT Transaction discarded because of previous errors.");
+        co_return Next::keep;
+    }
+    reply.array(queued.size());
+    for (const auto& command : queued) {
+        const std::vector<std::string_view> args(command.begin(), command.end());
+        if (co_await dispatch(upper(args.front()), args) == Next::close) {
+            co_return Next::close;
+        }
+    }
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::dispatch(const std::string& name, Args args) {
+    Writer reply(m_out.bytes(), m_version);
     if (name == "HELLO") {
         co_return hello(args);
     }
     if (name == "AUTH") {
         co_return auth(args);
     }
-    if (name == "QUIT") {
-        reply.simple("OK");
-        co_return Next::close;
-    }
-    if (!authenticated()) {
-        reply.error("NOAUTH Authentication required.");
-        co_return Next::keep;
-    }
-
     if (name == "GET") {
         co_return co_await get(args);
     }
@@ -160,11 +261,6 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
     }
     if (name == "CONFIG") {
         co_return config(args);
-    }
-    if (name == "RESET") {
-        reset();
-        reply.simple("RESET");
-        co_return Next::keep;
     }
     reply.error(proto::resp::unknown_command_message(args));
     co_return Next::keep;
@@ -361,16 +457,21 @@ awaitable<RespSession::Next> RespSession::exists_or_del(Args args, bool del) {
     co_return Next::keep;
 }
 
-awaitable<RespSession::Next> RespSession::dbsize() {
+std::int64_t RespSession::key_count() const {
+    // Every live entry of every namespace: the disk tier holds them all when
+    // there is one, else the memory tier.
     const auto summary = m_context.store->tier_summary();
-    std::int64_t entries = 0;
     for (const auto* tier : {"disk", "memory"}) {
-        if (summary.contains(tier) && summary[tier].contains("entries")) {
-            entries = summary[tier]["entries"].get<std::int64_t>();
-            break;
+        const auto& counts = summary[tier];
+        if (counts.is_object() && counts.contains("count")) {
+            return counts["count"].get<std::int64_t>();
         }
     }
-    Writer(m_out.bytes(), m_version).integer(entries);
+    return 0;
+}
+
+awaitable<RespSession::Next> RespSession::dbsize() {
+    Writer(m_out.bytes(), m_version).integer(key_count());
     co_return Next::keep;
 }
 

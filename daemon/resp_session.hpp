@@ -9,9 +9,11 @@
 // as an unavailable cache.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/asio.hpp"
 #include "daemon/io_buffers.hpp"
@@ -34,6 +36,11 @@ private:
     using Args = std::span<const std::string_view>;
 
     awaitable<Next> execute(Args args);
+    // Runs one command (after authentication and MULTI queueing).
+    awaitable<Next> dispatch(const std::string& name, Args args);
+    // MULTI, EXEC, DISCARD; queueing inside a transaction.
+    awaitable<Next> exec();
+    Next queue(const std::string& name, Args args);
 
     // Data commands (resp_session.cpp).
     awaitable<Next> get(Args args);
@@ -41,6 +48,7 @@ private:
     awaitable<Next> mget(Args args);
     awaitable<Next> exists_or_del(Args args, bool del);
     awaitable<Next> dbsize();
+    std::int64_t key_count() const;
 
     // Connection and server commands (resp_admin.cpp).
     Next hello(Args args);
@@ -63,6 +71,11 @@ private:
     int m_version = 2;
     bool m_authenticated = false;
     std::string m_name;
+    // Inside MULTI: the queued commands (copies: the input buffer moves on),
+    // and whether one was refused, which makes EXEC abort as in Redis.
+    bool m_in_multi = false;
+    bool m_multi_failed = false;
+    std::vector<std::vector<std::string>> m_queued;
 };
 
 } // namespace pt2cache::daemon

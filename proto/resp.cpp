@@ -128,6 +128,9 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
             std::uint64_t(length) > limits.max_bulk) {
             return ProtocolError{"invalid bulk length"};
         }
+        if (std::uint64_t(length) > limits.max_value) {
+            return TooLarge{std::size_t(i), std::uint64_t(length)};
+        }
         pos = eol + 2;
         const auto need = pos + std::size_t(length) + 2;
         if (text.size() < need) {

@@ -16,9 +16,15 @@ namespace pt2cache::proto::resp {
 
 inline constexpr std::size_t k_max_multibulk = 1024 * 1024;
 inline constexpr std::size_t k_max_inline = 64 * 1024;
+// Redis's default proto-max-bulk-len.
+inline constexpr std::uint64_t k_max_bulk = 512ull << 20;
 
 struct Limits {
-    std::uint64_t max_bulk = 512ull << 20;
+    // A longer bulk string is a protocol error ("invalid bulk length").
+    std::uint64_t max_bulk = k_max_bulk;
+    // A longer bulk string (within max_bulk) is reported as TooLarge as soon
+    // as its length is read, before its bytes arrive.
+    std::uint64_t max_value = k_max_bulk;
 };
 
 // One command; the arguments point into the parsed buffer.
@@ -37,7 +43,15 @@ struct ProtocolError {
     std::string message;
 };
 
-using ParseResult = std::variant<NeedMore, Command, ProtocolError>;
+// A well-formed bulk string longer than Limits::max_value: argument `index`
+// of the command announces `length` bytes. The front door closes the
+// connection without a reply (an -ERR would fail an Inductor compile).
+struct TooLarge {
+    std::size_t index = 0;
+    std::uint64_t length = 0;
+};
+
+using ParseResult = std::variant<NeedMore, Command, ProtocolError, TooLarge>;
 
 // Parses one command from the front of `bytes`. Empty inline lines are
 // consumed and yield a Command with no arguments.

@@ -82,6 +82,22 @@ TEST_CASE("hostile RESP is refused with Redis's wording", "[proto][resp]") {
     }
 }
 
+TEST_CASE("a bulk string over max_value is reported as soon as its length is read",
+          "[proto][resp]") {
+    const Limits limits{.max_bulk = 1000, .max_value = 10};
+    auto result = parse("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$11\r\n", limits);
+    REQUIRE(std::holds_alternative<TooLarge>(result));
+    CHECK(std::get<TooLarge>(result).index == 2);
+    CHECK(std::get<TooLarge>(result).length == 11);
+    // At the limit it is an ordinary argument; over max_bulk, a protocol error.
+    CHECK(
+        std::holds_alternative<Command>(parse("*2\r\n$3\r\nSET\r\n$10\r\n0123456789\r\n", limits)));
+    CHECK(error_of(parse("*1\r\n$1001\r\n", limits)) == "invalid bulk length");
+    // The default limits are Redis's proto-max-bulk-len.
+    CHECK(error_of(parse("*1\r\n$536870913\r\n")) == "invalid bulk length");
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$536870912\r\n")));
+}
+
 TEST_CASE("reply encoding in RESP2 and RESP3", "[proto][resp]") {
     CHECK(written([](Writer& w) { w.null(); }, 2) == "$-1\r\n");
     CHECK(written([](Writer& w) { w.null(); }, 3) == "_\r\n");
