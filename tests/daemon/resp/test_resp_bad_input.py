@@ -1,0 +1,150 @@
+"""Hostile and malformed RESP, one case per test, against one daemon whose
+other clients (a redis-py connection held open throughout) must not notice.
+Where Redis has wording for the error, it is compared with a real
+redis-server given the same bytes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import redis
+from pt2harness import Daemon, RedisServer, TempDir
+from resp_helpers import RespConnection, RespError, vm_rss_kib
+
+
+@pytest.fixture(scope="module")
+def server():
+    root = TempDir()
+    d = Daemon(root.path).start()
+    healthy = redis.Redis(unix_socket_path=str(d.socket), socket_timeout=10)
+    healthy.set("healthy", b"before")
+    (root.path / "redis").mkdir()
+    real = RedisServer(root.path / "redis").start()
+    yield d, healthy, real
+    healthy.close()
+    real.stop()
+    d.kill()
+    root.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def other_clients_unaffected(server):
+    d, healthy, _ = server
+    stamp = os.urandom(8)
+    healthy.set("healthy", stamp)
+    yield
+    assert d.proc.poll() is None, d.log()
+    # The same connection, opened before the case, still works...
+    assert healthy.get("healthy") == stamp
+    assert healthy.set("healthy", b"after") is True
+    # ...and so do new ones.
+    assert redis.Redis(unix_socket_path=str(d.socket)).get("healthy") == b"after"
+
+
+def send_and_read(sock, data: bytes):
+    """Sends data; returns (the reply or None, closed by the daemon)."""
+    c = RespConnection(sock)
+    c.send(data)
+    try:
+        reply = c.reply()
+    except EOFError:
+        reply = None
+    closed = c.closed_by_peer(timeout=5)
+    c.close()
+    return reply, closed
+
+
+CLOSING_CASES = {
+    "huge multibulk count": (b"*3000000000\r\n", "ERR Protocol error: invalid multibulk length"),
+    "non-numeric multibulk count": (b"*abc\r\n", "ERR Protocol error: invalid multibulk length"),
+    "non-numeric bulk length": (b"*1\r\n$abc\r\n", "ERR Protocol error: invalid bulk length"),
+    "negative bulk length": (b"*1\r\n$-3\r\n", "ERR Protocol error: invalid bulk length"),
+    "huge bulk length": (b"*1\r\n$2000000000\r\n", "ERR Protocol error: invalid bulk length"),
+    "not a bulk string": (b"*1\r\n+PING\r\n", "ERR Protocol error: expected '$', got '+'"),
+    "inline line over 64 KiB": (b"A" * (70 * 1024), "ERR Protocol error: too big inline request"),
+    "unbalanced quotes": (b'SET "k v\r\n', "ERR Protocol error: unbalanced quotes in request"),
+}
+
+
+@pytest.mark.parametrize("case", CLOSING_CASES)
+def test_protocol_error_replies_then_closes(server, case):
+    d, _, real = server
+    data, expected = CLOSING_CASES[case]
+    reply, closed = send_and_read(d.socket, data)
+    assert reply == RespError(expected)
+    assert closed
+    # The wording is Redis's.
+    assert send_and_read(real.socket, data) == (RespError(expected), True)
+
+
+def test_bulk_without_crlf_closes(server):
+    d, _, _ = server
+    reply, closed = send_and_read(d.socket, b"*2\r\n$3\r\nGETxx$1\r\nk\r\n")
+    assert isinstance(reply, RespError) and str(reply).startswith("ERR Protocol error")
+    assert closed
+
+
+def test_garbage_bytes(server):
+    d, _, _ = server
+    rng = os.urandom(4096).replace(b"\n", b" ").replace(b'"', b" ").replace(b"'", b" ")
+    c = RespConnection(d.socket)
+    # Not the native magic (0xF2) nor '*': an inline command of nonsense.
+    c.send(b"\x01" + rng[:2000] + b"\r\n")
+    reply = c.reply()
+    assert isinstance(reply, RespError) and str(reply).startswith("ERR unknown command")
+    # The connection survives an unknown command, as with Redis.
+    assert c.command("PING") == "PONG"
+    c.close()
+
+
+def test_huge_claimed_lengths_do_not_allocate(server):
+    """A client that announces big bulk strings and sends nothing costs nothing."""
+    d, _, _ = server
+    before = vm_rss_kib(d.proc.pid)
+    holders = []
+    for _ in range(2):
+        c = RespConnection(d.socket)
+        # Within the protocol limit, so the daemon waits for the bytes.
+        c.send(b"*2\r\n$3\r\nSET\r\n$300000000\r\nabc")
+        holders.append(c)
+    reply, closed = send_and_read(d.socket, b"*1\r\n$2000000000\r\n")
+    assert reply == RespError("ERR Protocol error: invalid bulk length") and closed
+    time.sleep(0.3)
+    grown_mib = (vm_rss_kib(d.proc.pid) - before) / 1024
+    for c in holders:
+        c.close()
+    assert grown_mib < 64, f"RSS grew {grown_mib:.0f} MiB"
+
+
+def test_partial_command_then_disconnect(server):
+    d, _, _ = server
+    for prefix in (b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\nabc", b"*2\r\n$3\r\nGE", b"GET k"):
+        c = RespConnection(d.socket)
+        c.send(prefix)
+        c.close()
+
+
+def test_empty_and_zero_length_commands(server):
+    d, _, _ = server
+    c = RespConnection(d.socket)
+    c.send(b"\r\n\r\n*0\r\n*-1\r\n")
+    assert c.command("PING") == "PONG"
+    assert c.command("ECHO", "") == b""
+    # An empty key has no native form: GET misses, SET closes (never -ERR).
+    assert c.command("GET", "") is None
+    c.send(b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$1\r\nv\r\n")
+    assert c.closed_by_peer() and c.buf == b""
+    c.close()
+
+
+def test_wrong_arity_and_options_keep_the_connection(server):
+    d, _, _ = server
+    c = RespConnection(d.socket)
+    assert c.command("GET") == RespError("ERR wrong number of arguments for 'get' command")
+    assert c.command("SET", "k") == RespError("ERR wrong number of arguments for 'set' command")
+    assert c.command("SET", "k", "v", "PX", "-5") == RespError(
+        "ERR invalid expire time in 'set' command")
+    assert c.command("PING") == "PONG"
+    c.close()
