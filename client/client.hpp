@@ -130,8 +130,9 @@ public:
     // The value, or std::nullopt on a miss (including an expired entry).
     tl::expected<std::optional<Bytes>, Error> get(std::string_view ns, std::string_view key);
 
-    // GETs of all `keys`, pipelined on the one connection; result i answers
-    // keys[i]. Any failure fails the whole call.
+    // GETs of all `keys`, pipelined on the one connection (io_timeout bounds
+    // the wait for each reply); result i answers keys[i]. Any failure fails
+    // the whole call.
     tl::expected<std::vector<std::optional<Bytes>>, Error>
     get_many(std::string_view ns, std::span<const std::string> keys);
 

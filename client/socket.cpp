@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "client/socket.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
@@ -196,6 +198,15 @@ tl::expected<std::size_t, SocketError> receive_some(int fd, std::span<std::byte>
         return failed(Failure::unreachable,
                       fmt::format("lost the connection to pt2cached: {}", errno_text(error)));
     }
+}
+
+bool peer_closed(int fd) {
+    pollfd entry{fd, POLLIN, 0};
+    int rc = 0;
+    do {
+        rc = ::poll(&entry, 1, 0);
+    } while (rc < 0 && errno == EINTR);
+    return rc != 0;
 }
 
 } // namespace pt2cache::client::socket

@@ -41,4 +41,8 @@ tl::expected<void, SocketError> send_all(int fd, std::span<const std::byte> head
 tl::expected<std::size_t, SocketError> receive_some(int fd, std::span<std::byte> out,
                                                     Deadline deadline);
 
+// True when `fd`, on which no bytes are expected, is readable or hung up now:
+// the peer closed it (or sent what it should not have). Does not block.
+bool peer_closed(int fd);
+
 } // namespace pt2cache::client::socket

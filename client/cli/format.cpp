@@ -90,28 +90,78 @@ constexpr std::array<Column, 8> k_columns = {{
 
 std::uint64_t counter(const nlohmann::json& tier, std::string_view field) {
     const auto it = tier.find(field);
-    return it == tier.end() ? 0 : it->get<std::uint64_t>();
+    return it == tier.end() || !it->is_number() ? 0 : it->get<std::uint64_t>();
+}
+
+// `object[field]` as text, or `fallback` when absent or null.
+std::string field_text(const nlohmann::json& object, std::string_view field,
+                       std::string_view fallback = "?") {
+    const auto it = object.find(field);
+    if (it == object.end() || it->is_null()) {
+        return std::string(fallback);
+    }
+    return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::string render_header(const nlohmann::json& stats) {
+    std::string out =
+        fmt::format("pt2cached {}, pid {}", field_text(stats, "version"), field_text(stats, "pid"));
+    if (const auto it = stats.find("uptime_s"); it != stats.end() && it->is_number()) {
+        out += fmt::format(", up {}", human_duration(it->get<double>()));
+    }
+    out += "\n";
+    for (const auto& [field, title] :
+         {std::pair{"socket", "socket   "}, std::pair{"cache_dir", "cache dir"}}) {
+        if (stats.contains(field)) {
+            out += fmt::format("{}  {}\n", title, field_text(stats, field));
+        }
+    }
+    if (stats.value("force_disable_caches", false)) {
+        out += "caches force-disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)\n";
+    }
+    return out;
+}
+
+std::string render_tiers(const nlohmann::json& stats) {
+    const auto tiers = stats.find("tiers");
+    if (tiers == stats.end() || !tiers->is_object()) {
+        return {};
+    }
+    std::string out =
+        fmt::format("\n{:<8}  {:>9}  {:>10}  {:>10}\n", "TIER", "ENTRIES", "SIZE", "CAPACITY");
+    for (const auto& [name, tier] : tiers->items()) {
+        if (!tier.is_object()) {
+            out += fmt::format("{:<8}  {:>9}\n", name, "off");
+            continue;
+        }
+        out += fmt::format("{:<8}  {:>9}  {:>10}  {:>10}\n", name, counter(tier, "count"),
+                           human_bytes(counter(tier, "bytes")),
+                           human_bytes(counter(tier, "capacity")));
+    }
+    return out;
 }
 
 } // namespace
 
 std::string render_stats(const nlohmann::json& stats) {
-    std::string out;
-    out += fmt::format("uptime  {}\n", human_duration(stats.at("uptime_s").get<double>()));
+    const auto& namespaces = stats.at("namespaces");
+    std::string out = render_header(stats);
+    out += render_tiers(stats);
 
-    const auto& daemon = stats.at("daemon");
-    std::size_t name_width = 0;
-    for (const auto& [name, value] : daemon.items()) {
-        name_width = std::max(name_width, name.size());
-    }
-    out += "\ndaemon\n";
-    for (const auto& [name, value] : daemon.items()) {
-        out += fmt::format("  {:<{}}  {}\n", name, name_width, value.dump());
+    if (const auto daemon = stats.find("daemon"); daemon != stats.end() && daemon->is_object()) {
+        std::size_t name_width = 0;
+        for (const auto& [name, value] : daemon->items()) {
+            name_width = std::max(name_width, name.size());
+        }
+        out += "\ndaemon\n";
+        for (const auto& [name, value] : daemon->items()) {
+            out += fmt::format("  {:<{}}  {}\n", name, name_width, value.dump());
+        }
     }
 
     // Rows first, to size the columns.
     std::vector<std::array<std::string, k_columns.size() + 2>> rows;
-    for (const auto& [ns, tiers] : stats.at("namespaces").items()) {
+    for (const auto& [ns, tiers] : namespaces.items()) {
         for (const auto& [tier_name, tier] : tiers.items()) {
             std::array<std::string, k_columns.size() + 2> row;
             row[0] = ns;

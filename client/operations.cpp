@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: MIT
+//
+// The operations of client::Client, one short method each over round_trip().
+// The connection and framing are in client.cpp.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include "client/client.hpp"
+#include "proto/bytes.hpp"
+#include "proto/frame.hpp"
+#include "proto/messages.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t k_max_stats_body = 64u << 20;
+// get_many keeps at most this many request bytes unanswered, well under a
+// socket buffer, so that neither side can block writing while the other does.
+constexpr std::size_t k_pipeline_window = 64u << 10;
+
+// An argument the daemon would refuse, reported as the daemon would.
+tl::unexpected<Error> invalid(Status status, std::string message) {
+    return tl::unexpected(Error{ErrorKind::server, status, std::move(message)});
+}
+
+Error unexpected_status(proto::Op op, Status status) {
+    return Error{
+        ErrorKind::protocol, Status::internal,
+        fmt::format("pt2cached answered {} to {}", status_name(status), proto::op_name(op))};
+}
+
+tl::expected<void, Error> check_namespace(std::string_view ns) {
+    if (!proto::valid_namespace(ns)) {
+        return invalid(Status::bad_namespace,
+                       fmt::format("invalid namespace \"{}\": expected 1 to {} characters of "
+                                   "[a-z0-9-]",
+                                   ns.substr(0, 40), proto::k_max_namespace));
+    }
+    return {};
+}
+
+} // namespace
+
+tl::expected<void, Error> Client::check_key(std::string_view ns, std::string_view key) const {
+    if (auto ok = check_namespace(ns); !ok) {
+        return ok;
+    }
+    if (key.empty() || key.size() > proto::k_max_key) {
+        return invalid(Status::key_too_long, fmt::format("key of {} bytes: keys are 1 to {} bytes",
+                                                         key.size(), proto::k_max_key));
+    }
+    return {};
+}
+
+tl::expected<std::optional<Bytes>, Error> Client::get(std::string_view ns, std::string_view key) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_get(m_out, id, proto::GetRequest{{ns, key}, std::nullopt});
+    auto reply = round_trip(proto::Op::get, id, {}, k_up_to_max_value);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    switch (reply->status) {
+    case Status::ok:
+        return std::optional<Bytes>(std::move(reply->body));
+    case Status::miss:
+        return std::optional<Bytes>();
+    default:
+        return tl::unexpected(fail(unexpected_status(proto::Op::get, reply->status)));
+    }
+}
+
+tl::expected<std::vector<std::optional<Bytes>>, Error>
+Client::get_many(std::string_view ns, std::span<const std::string> keys) {
+    for (const auto& key : keys) {
+        if (auto ok = check_key(ns, key); !ok) {
+            return tl::unexpected(std::move(ok.error()));
+        }
+    }
+    if (keys.empty()) {
+        return std::vector<std::optional<Bytes>>();
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    // Encode every request up front; frame i ends at ends[i] in m_out.
+    m_out.clear();
+    const std::uint32_t first_id = m_next_id;
+    m_next_id += static_cast<std::uint32_t>(keys.size());
+    std::vector<std::size_t> ends;
+    ends.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        proto::encode_get(m_out, first_id + static_cast<std::uint32_t>(i),
+                          proto::GetRequest{{ns, keys[i]}, std::nullopt});
+        ends.push_back(m_out.size());
+    }
+    // A sliding window: send requests while fewer than k_pipeline_window
+    // bytes are unanswered, then read one reply; io_timeout bounds each step.
+    std::vector<std::optional<Bytes>> values(keys.size());
+    std::size_t sent = 0;     // frames sent
+    std::size_t answered = 0; // replies read
+    while (answered < keys.size()) {
+        const auto deadline = Clock::now() + m_options.io_timeout;
+        const std::size_t unanswered_from = answered == 0 ? 0 : ends[answered - 1];
+        std::size_t upto = sent;
+        while (upto < keys.size() &&
+               (upto == answered || ends[upto] - unanswered_from <= k_pipeline_window)) {
+            ++upto;
+        }
+        if (upto > sent) {
+            const std::size_t from = sent == 0 ? 0 : ends[sent - 1];
+            if (auto ok = send(std::span(m_out).subspan(from, ends[upto - 1] - from), {}, deadline);
+                !ok) {
+                return tl::unexpected(std::move(ok.error()));
+            }
+            sent = upto;
+        }
+        const auto id = first_id + static_cast<std::uint32_t>(answered);
+        auto reply = read_reply(proto::Op::get, id, m_max_value, deadline);
+        if (!reply) {
+            // Replies still in flight would be taken for later requests' answers.
+            if (sent > answered + 1) {
+                drop();
+            }
+            return tl::unexpected(std::move(reply.error()));
+        }
+        if (reply->status == Status::ok) {
+            values[answered] = std::move(reply->body);
+        } else if (reply->status != Status::miss) {
+            return tl::unexpected(fail(unexpected_status(proto::Op::get, reply->status)));
+        }
+        ++answered;
+    }
+    return values;
+}
+
+tl::expected<bool, Error> Client::put(std::string_view ns, std::string_view key,
+                                      std::span<const std::byte> value, PutOptions options) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    // The frame's length field is a u32, whatever max_value says.
+    const std::uint64_t max_value = std::min<std::uint64_t>(
+        m_max_value, std::numeric_limits<std::uint32_t>::max() - proto::k_put_overhead);
+    if (value.size() > max_value) {
+        return invalid(Status::value_too_large,
+                       fmt::format("value of {} bytes exceeds pt2cached's max_value {}",
+                                   value.size(), max_value));
+    }
+    proto::PutRequest request;
+    request.target = {ns, key};
+    request.ttl_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(options.ttl.count(), 0));
+    request.only_if_absent = options.only_if_absent;
+    request.value = value;
+    const auto id = begin_request();
+    proto::encode_put_head(m_out, id, request);
+    auto reply = round_trip(proto::Op::put, id, value);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status == Status::ok || reply->status == Status::not_stored) {
+        return reply->status == Status::ok;
+    }
+    return tl::unexpected(fail(unexpected_status(proto::Op::put, reply->status)));
+}
+
+tl::expected<bool, Error> Client::key_op(proto::Op op, std::string_view ns, std::string_view key) {
+    if (auto ok = check_key(ns, key); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_key_op(m_out, op, id, {ns, key});
+    auto reply = round_trip(op, id);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status == Status::ok || reply->status == Status::miss) {
+        return reply->status == Status::ok;
+    }
+    return tl::unexpected(fail(unexpected_status(op, reply->status)));
+}
+
+tl::expected<bool, Error> Client::exists(std::string_view ns, std::string_view key) {
+    return key_op(proto::Op::exists, ns, key);
+}
+
+tl::expected<bool, Error> Client::remove(std::string_view ns, std::string_view key) {
+    return key_op(proto::Op::del, ns, key);
+}
+
+tl::expected<std::string, Error> Client::stats_json() {
+    const auto id = begin_request();
+    proto::encode_stats(m_out, id);
+    auto reply = round_trip(proto::Op::stats, id, {}, k_max_stats_body);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::stats, reply->status)));
+    }
+    return std::string(proto::as_text(reply->body));
+}
+
+tl::expected<ListPage, Error> Client::list(std::string_view ns, std::string_view cursor,
+                                           std::uint32_t limit) {
+    if (auto ok = check_namespace(ns); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if (cursor.size() > std::numeric_limits<std::uint16_t>::max()) {
+        return invalid(Status::malformed, "LIST cursor longer than 65535 bytes");
+    }
+    const auto id = begin_request();
+    proto::encode_list(m_out, id, proto::ListRequest{ns, cursor, limit});
+    const std::uint64_t entries = std::clamp<std::uint32_t>(limit, 1, proto::k_max_list_limit);
+    const std::uint64_t max_body = 2 + 65535 + 4 + entries * (2 + proto::k_max_key + 8 + 8);
+    auto reply = round_trip(proto::Op::list, id, {}, max_body);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::list, reply->status)));
+    }
+    auto parsed = proto::parse_list_response(reply->body);
+    if (!parsed) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed LIST response"}));
+    }
+    ListPage page;
+    page.next_cursor = std::string(parsed->next_cursor);
+    page.entries.reserve(parsed->entries.size());
+    for (const auto& entry : parsed->entries) {
+        page.entries.push_back(ListEntry{std::string(entry.key), entry.size, entry.mtime_ms});
+    }
+    return page;
+}
+
+tl::expected<std::uint64_t, Error> Client::clear(std::string_view ns) {
+    if (auto ok = check_namespace(ns); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_clear(m_out, id, ns);
+    auto reply = round_trip(proto::Op::clear, id, {}, 8);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::clear, reply->status)));
+    }
+    auto count = proto::parse_count_response(reply->body);
+    if (!count) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed CLEAR response"}));
+    }
+    return *count;
+}
+
+tl::expected<std::chrono::microseconds, Error> Client::ping() {
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    std::array<std::byte, sizeof id> payload;
+    std::memcpy(payload.data(), &id, sizeof id);
+    proto::encode_ping(m_out, id, payload);
+    const auto start = Clock::now();
+    auto reply = round_trip(proto::Op::ping, id, {}, payload.size());
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    const auto elapsed = Clock::now() - start;
+    if (reply->status != Status::ok || !std::ranges::equal(reply->body, payload)) {
+        return tl::unexpected(
+            fail(Error{ErrorKind::protocol, Status::internal, "pt2cached did not echo the PING"}));
+    }
+    return std::chrono::duration_cast<std::chrono::microseconds>(elapsed);
+}
+
+} // namespace pt2cache::client
