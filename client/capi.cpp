@@ -8,65 +8,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 
+#include "client/capi_internal.hpp"
 #include "client/client.hpp"
 #include "client/pt2cache.h"
-
-struct pt2cache_client {
-    explicit pt2cache_client(pt2cache::client::Options options)
-        : client(std::move(options)) {}
-
-    pt2cache::client::Client client;
-    std::string last_error;
-};
 
 namespace {
 
 using pt2cache::client::Error;
-using pt2cache::client::ErrorKind;
-
-int error_code(pt2cache_client& c, const Error& error) {
-    c.last_error = error.message;
-    switch (error.kind) {
-    case ErrorKind::unreachable:
-        return PT2CACHE_E_UNREACHABLE;
-    case ErrorKind::timeout:
-        return PT2CACHE_E_TIMEOUT;
-    case ErrorKind::protocol:
-        return PT2CACHE_E_PROTOCOL;
-    case ErrorKind::server:
-        return PT2CACHE_E_SERVER;
-    }
-    return PT2CACHE_E_INTERNAL;
-}
-
-int invalid(pt2cache_client* c, const char* what) {
-    if (c != nullptr) {
-        c->last_error = what;
-    }
-    return PT2CACHE_E_INVALID;
-}
-
-// Runs `body` with the client, turning exceptions into PT2CACHE_E_INTERNAL.
-template <typename Body>
-int guarded(pt2cache_client* c, Body&& body) noexcept {
-    try {
-        c->last_error.clear();
-        return body(*c);
-    } catch (const std::bad_alloc&) {
-        c->last_error = "out of memory";
-    } catch (const std::exception& e) {
-        try {
-            c->last_error = e.what();
-        } catch (...) {
-        }
-    } catch (...) {
-        c->last_error = "unknown exception";
-    }
-    return PT2CACHE_E_INTERNAL;
-}
+using pt2cache::client::capi::error_code;
+using pt2cache::client::capi::guarded;
+using pt2cache::client::capi::invalid;
 
 std::string_view key_view(const void* key, size_t key_len) {
     return {static_cast<const char*>(key), key_len};
@@ -77,6 +32,61 @@ int found(pt2cache_client& c, const tl::expected<bool, Error>& result) {
         return error_code(c, result.error());
     }
     return *result ? PT2CACHE_OK : PT2CACHE_MISS;
+}
+
+int get_value(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+              std::optional<uint64_t> bundle_token, void** value, size_t* value_len,
+              const char* name) {
+    if (value != nullptr) {
+        *value = nullptr;
+    }
+    if (value_len != nullptr) {
+        *value_len = 0;
+    }
+    if (client == nullptr || ns == nullptr || key == nullptr || value == nullptr ||
+        value_len == nullptr) {
+        return invalid(client, std::string(name) + ": NULL argument");
+    }
+    return guarded(client, [&](pt2cache_client& c) {
+        auto result = c.client.get(ns, key_view(key, key_len), bundle_token);
+        if (!result) {
+            return error_code(c, result.error());
+        }
+        if (!*result) {
+            return PT2CACHE_MISS;
+        }
+        const auto& bytes = **result;
+        void* copy = std::malloc(bytes.empty() ? 1 : bytes.size());
+        if (copy == nullptr) {
+            c.last_error = "out of memory";
+            return PT2CACHE_E_INTERNAL;
+        }
+        if (!bytes.empty()) {
+            std::memcpy(copy, bytes.data(), bytes.size());
+        }
+        *value = copy;
+        *value_len = bytes.size();
+        return PT2CACHE_OK;
+    });
+}
+
+int put_value(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+              const void* value, size_t value_len, uint64_t ttl_ms, int flags,
+              std::optional<uint64_t> bundle_token, const char* name) {
+    if (client == nullptr || ns == nullptr || key == nullptr ||
+        (value == nullptr && value_len != 0)) {
+        return invalid(client, std::string(name) + ": NULL argument");
+    }
+    return guarded(client, [&](pt2cache_client& c) {
+        pt2cache::client::PutOptions options;
+        options.ttl = std::chrono::milliseconds(
+            static_cast<std::int64_t>(std::min<uint64_t>(ttl_ms, INT64_MAX)));
+        options.only_if_absent = (flags & PT2CACHE_ONLY_IF_ABSENT) != 0;
+        options.bundle_token = bundle_token;
+        const auto* bytes = static_cast<const std::byte*>(value);
+        return found(c, c.client.put(ns, key_view(key, key_len),
+                                     std::span<const std::byte>(bytes, value_len), options));
+    });
 }
 
 } // namespace
@@ -101,53 +111,68 @@ void pt2cache_close(pt2cache_client* client) {
 
 int pt2cache_get(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
                  void** value, size_t* value_len) {
-    if (value != nullptr) {
-        *value = nullptr;
-    }
-    if (value_len != nullptr) {
-        *value_len = 0;
-    }
-    if (client == nullptr || ns == nullptr || key == nullptr || value == nullptr ||
-        value_len == nullptr) {
-        return invalid(client, "pt2cache_get: NULL argument");
-    }
-    return guarded(client, [&](pt2cache_client& c) {
-        auto result = c.client.get(ns, key_view(key, key_len));
-        if (!result) {
-            return error_code(c, result.error());
-        }
-        if (!*result) {
-            return PT2CACHE_MISS;
-        }
-        const auto& bytes = **result;
-        void* copy = std::malloc(bytes.empty() ? 1 : bytes.size());
-        if (copy == nullptr) {
-            c.last_error = "out of memory";
-            return PT2CACHE_E_INTERNAL;
-        }
-        if (!bytes.empty()) {
-            std::memcpy(copy, bytes.data(), bytes.size());
-        }
-        *value = copy;
-        *value_len = bytes.size();
-        return PT2CACHE_OK;
-    });
+    return get_value(client, ns, key, key_len, std::nullopt, value, value_len, "pt2cache_get");
 }
 
 int pt2cache_put(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
                  const void* value, size_t value_len, uint64_t ttl_ms, int flags) {
-    if (client == nullptr || ns == nullptr || key == nullptr ||
-        (value == nullptr && value_len != 0)) {
-        return invalid(client, "pt2cache_put: NULL argument");
+    return put_value(client, ns, key, key_len, value, value_len, ttl_ms, flags, std::nullopt,
+                     "pt2cache_put");
+}
+
+int pt2cache_get_bundled(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+                         uint64_t bundle_token, void** value, size_t* value_len) {
+    return get_value(client, ns, key, key_len, bundle_token, value, value_len,
+                     "pt2cache_get_bundled");
+}
+
+int pt2cache_put_bundled(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+                         const void* value, size_t value_len, uint64_t ttl_ms, int flags,
+                         uint64_t bundle_token) {
+    return put_value(client, ns, key, key_len, value, value_len, ttl_ms, flags, bundle_token,
+                     "pt2cache_put_bundled");
+}
+
+int pt2cache_bundle_begin(pt2cache_client* client, const char* code_hash, const char* backend_hash,
+                          uint64_t* token, int* hit, uint32_t* entries, uint64_t* time_saved_ms) {
+    if (token != nullptr) {
+        *token = 0;
+    }
+    if (client == nullptr || code_hash == nullptr || token == nullptr) {
+        return invalid(client, "pt2cache_bundle_begin: NULL argument");
     }
     return guarded(client, [&](pt2cache_client& c) {
-        pt2cache::client::PutOptions options;
-        options.ttl = std::chrono::milliseconds(
-            static_cast<std::int64_t>(std::min<uint64_t>(ttl_ms, INT64_MAX)));
-        options.only_if_absent = (flags & PT2CACHE_ONLY_IF_ABSENT) != 0;
-        const auto* bytes = static_cast<const std::byte*>(value);
-        return found(c, c.client.put(ns, key_view(key, key_len),
-                                     std::span<const std::byte>(bytes, value_len), options));
+        auto begun = c.client.bundle_begin(code_hash, backend_hash == nullptr ? "" : backend_hash);
+        if (!begun) {
+            return error_code(c, begun.error());
+        }
+        *token = begun->token;
+        if (hit != nullptr) {
+            *hit = begun->hit ? 1 : 0;
+        }
+        if (entries != nullptr) {
+            *entries = begun->entries;
+        }
+        if (time_saved_ms != nullptr) {
+            *time_saved_ms = begun->time_saved_ms;
+        }
+        return PT2CACHE_OK;
+    });
+}
+
+int pt2cache_bundle_end(pt2cache_client* client, uint64_t token, uint32_t* entries) {
+    if (client == nullptr) {
+        return invalid(client, "pt2cache_bundle_end: NULL client");
+    }
+    return guarded(client, [&](pt2cache_client& c) {
+        auto stored = c.client.bundle_end(token);
+        if (!stored) {
+            return error_code(c, stored.error());
+        }
+        if (entries != nullptr) {
+            *entries = *stored;
+        }
+        return PT2CACHE_OK;
     });
 }
 

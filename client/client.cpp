@@ -188,9 +188,10 @@ tl::expected<void, Error> Client::handshake(Clock::time_point deadline) {
     // Not in m_out: a request may already be encoded there.
     Bytes frame;
     const std::uint32_t id = m_next_id++;
-    proto::encode_hello(
-        frame, id,
-        proto::HelloRequest{proto::k_version, proto::capability::ttl, m_options.client_name});
+    proto::encode_hello(frame, id,
+                        proto::HelloRequest{proto::k_version,
+                                            proto::capability::ttl | proto::capability::bundle,
+                                            m_options.client_name});
     if (auto ok = send(frame, {}, deadline); !ok) {
         return ok;
     }

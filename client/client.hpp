@@ -94,6 +94,17 @@ std::string_view kind_name(ErrorKind kind);
 struct PutOptions {
     std::chrono::milliseconds ttl{0}; // 0: no expiry
     bool only_if_absent = false;      // store only if no live entry exists
+    // A token of Client::bundle_begin: the entry joins that bundle
+    // (docs/protocol.md, "Bundles").
+    std::optional<std::uint64_t> bundle_token;
+};
+
+// What BUNDLE_BEGIN answers.
+struct BundleBegin {
+    std::uint64_t token = 0;         // for get, put and bundle_end, from any process
+    bool hit = false;                // the bundle existed and was restored
+    std::uint32_t entries = 0;       // best-configs restored into the local tiers
+    std::uint64_t time_saved_ms = 0; // the sum of their time_taken_ms
 };
 
 using Bytes = std::vector<std::byte>;
@@ -127,8 +138,11 @@ public:
     // naming both versions.
     tl::expected<void, Error> connect();
 
-    // The value, or std::nullopt on a miss (including an expired entry).
-    tl::expected<std::optional<Bytes>, Error> get(std::string_view ns, std::string_view key);
+    // The value, or std::nullopt on a miss (including an expired entry). With
+    // `bundle_token`, a hit joins that bundle (docs/protocol.md, "Bundles").
+    tl::expected<std::optional<Bytes>, Error>
+    get(std::string_view ns, std::string_view key,
+        std::optional<std::uint64_t> bundle_token = std::nullopt);
 
     // GETs of all `keys`, pipelined on the one connection (io_timeout bounds
     // the wait for each reply); result i answers keys[i]. Any failure fails
@@ -158,6 +172,21 @@ public:
 
     // Removes every entry of `ns`; returns how many were removed.
     tl::expected<std::uint64_t, Error> clear(std::string_view ns);
+
+    // Starts (or, on a hit, restores) the bundle of autotune best-configs of
+    // one compiled module: `code_hash` is Inductor's hash of the
+    // comment-stripped module code, `backend_hash` Triton's backend hash. On a
+    // hit the daemon has written every best-config into its local tiers.
+    // Either way, gets and puts with the token join the bundle until
+    // bundle_end. A daemon without the BUNDLE capability gives
+    // Error{server, unknown_op} without anything being sent.
+    tl::expected<BundleBegin, Error> bundle_begin(std::string_view code_hash,
+                                                  std::string_view backend_hash);
+
+    // Closes `token`: stores the bundle if it collected entries and did not
+    // exist; returns how many entries were stored (0 when none were). An
+    // unknown, expired or already ended token is Error{server, unknown_token}.
+    tl::expected<std::uint32_t, Error> bundle_end(std::uint64_t token);
 
     // The round-trip time of one PING (connecting first if needed, which is
     // not counted).
@@ -202,6 +231,8 @@ private:
                                           std::chrono::steady_clock::time_point deadline);
     tl::expected<void, Error> check_key(std::string_view ns, std::string_view key) const;
     tl::expected<bool, Error> key_op(proto::Op op, std::string_view ns, std::string_view key);
+    // Connects, then fails unless the daemon offers bundles.
+    tl::expected<void, Error> check_bundles();
 
     // Closes the connection, keeping the retry time.
     void drop();

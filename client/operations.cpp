@@ -59,12 +59,29 @@ tl::expected<void, Error> Client::check_key(std::string_view ns, std::string_vie
     return {};
 }
 
-tl::expected<std::optional<Bytes>, Error> Client::get(std::string_view ns, std::string_view key) {
+tl::expected<void, Error> Client::check_bundles() {
+    if (auto ok = ensure_connected(); !ok) {
+        return ok;
+    }
+    if ((m_capabilities & proto::capability::bundle) == 0) {
+        return invalid(Status::unknown_op, fmt::format("pt2cached at {} does not offer bundles",
+                                                       m_options.socket_path));
+    }
+    return {};
+}
+
+tl::expected<std::optional<Bytes>, Error> Client::get(std::string_view ns, std::string_view key,
+                                                      std::optional<std::uint64_t> bundle_token) {
     if (auto ok = check_key(ns, key); !ok) {
         return tl::unexpected(std::move(ok.error()));
     }
+    if (bundle_token) {
+        if (auto ok = check_bundles(); !ok) {
+            return tl::unexpected(std::move(ok.error()));
+        }
+    }
     const auto id = begin_request();
-    proto::encode_get(m_out, id, proto::GetRequest{{ns, key}, std::nullopt});
+    proto::encode_get(m_out, id, proto::GetRequest{{ns, key}, bundle_token});
     auto reply = round_trip(proto::Op::get, id, {}, k_up_to_max_value);
     if (!reply) {
         return tl::unexpected(std::move(reply.error()));
@@ -148,7 +165,7 @@ tl::expected<bool, Error> Client::put(std::string_view ns, std::string_view key,
     if (auto ok = check_key(ns, key); !ok) {
         return tl::unexpected(std::move(ok.error()));
     }
-    if (auto ok = ensure_connected(); !ok) {
+    if (auto ok = options.bundle_token ? check_bundles() : ensure_connected(); !ok) {
         return tl::unexpected(std::move(ok.error()));
     }
     // The frame's length field is a u32, whatever max_value says.
@@ -163,6 +180,7 @@ tl::expected<bool, Error> Client::put(std::string_view ns, std::string_view key,
     request.target = {ns, key};
     request.ttl_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(options.ttl.count(), 0));
     request.only_if_absent = options.only_if_absent;
+    request.bundle_token = options.bundle_token;
     request.value = value;
     const auto id = begin_request();
     proto::encode_put_head(m_out, id, request);
@@ -265,6 +283,58 @@ tl::expected<std::uint64_t, Error> Client::clear(std::string_view ns) {
                                          "pt2cached sent a malformed CLEAR response"}));
     }
     return *count;
+}
+
+tl::expected<BundleBegin, Error> Client::bundle_begin(std::string_view code_hash,
+                                                      std::string_view backend_hash) {
+    if (code_hash.empty()) {
+        return invalid(Status::malformed, "BUNDLE_BEGIN needs a code hash");
+    }
+    if (2 + code_hash.size() + 2 + backend_hash.size() > proto::k_max_small_body) {
+        return invalid(Status::malformed,
+                       fmt::format("BUNDLE_BEGIN hashes of {} and {} bytes exceed the {}-byte "
+                                   "request limit",
+                                   code_hash.size(), backend_hash.size(), proto::k_max_small_body));
+    }
+    if (auto ok = check_bundles(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_bundle_begin(m_out, id, proto::BundleBeginRequest{code_hash, backend_hash});
+    auto reply = round_trip(proto::Op::bundle_begin, id, {}, 8 + 1 + 4 + 8);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::bundle_begin, reply->status)));
+    }
+    auto parsed = proto::parse_bundle_begin_response(reply->body);
+    if (!parsed) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed BUNDLE_BEGIN response"}));
+    }
+    return BundleBegin{parsed->token, parsed->hit, parsed->entries, parsed->time_saved_ms};
+}
+
+tl::expected<std::uint32_t, Error> Client::bundle_end(std::uint64_t token) {
+    if (auto ok = check_bundles(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    const auto id = begin_request();
+    proto::encode_bundle_end(m_out, id, token);
+    auto reply = round_trip(proto::Op::bundle_end, id, {}, 4);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::bundle_end, reply->status)));
+    }
+    auto entries = proto::parse_bundle_end_response(reply->body);
+    if (!entries) {
+        return tl::unexpected(fail(Error{ErrorKind::protocol, Status::internal,
+                                         "pt2cached sent a malformed BUNDLE_END response"}));
+    }
+    return *entries;
 }
 
 tl::expected<std::chrono::microseconds, Error> Client::ping() {

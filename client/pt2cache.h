@@ -28,7 +28,7 @@ extern "C" {
 #define PT2CACHE_E_TIMEOUT (-2)     /* the daemon did not answer in time */
 #define PT2CACHE_E_PROTOCOL (-3)    /* the daemon's reply made no sense */
 #define PT2CACHE_E_SERVER (-4)      /* the daemon answered an error (bad key...) */
-#define PT2CACHE_E_INVALID (-5)     /* a NULL argument */
+#define PT2CACHE_E_INVALID (-5)     /* a NULL argument, or JSON that is not a config */
 #define PT2CACHE_E_INTERNAL (-6)    /* out of memory, or a bug in the library */
 
 /* Flags of pt2cache_put. */
@@ -68,11 +68,92 @@ int pt2cache_del(pt2cache_client* client, const char* ns, const void* key, size_
  * `rtt_us` is NULL. */
 int pt2cache_ping(pt2cache_client* client, uint64_t* rtt_us);
 
+/* ---- Bundles of autotune best-configs (docs/protocol.md, "Bundles") ---- */
+
+/* Starts, or on a hit restores, the bundle of one compiled module:
+ * `code_hash` is Inductor's hash of the comment-stripped module code (not
+ * empty), `backend_hash` Triton's backend hash (NULL: ""). On PT2CACHE_OK
+ * stores the token in `*token` and, unless NULL, whether the bundle existed
+ * (its best-configs are then in the daemon's local tiers) in `*hit`, how many
+ * were restored in `*entries` and the sum of their time_taken_ms in
+ * `*time_saved_ms`. The token works from any process until
+ * pt2cache_bundle_end, or until it has not been used for a while. A daemon
+ * without bundles gives PT2CACHE_E_SERVER. */
+int pt2cache_bundle_begin(pt2cache_client* client, const char* code_hash, const char* backend_hash,
+                          uint64_t* token, int* hit, uint32_t* entries, uint64_t* time_saved_ms);
+
+/* Closes `token`, storing the bundle if it collected entries and did not
+ * exist; on PT2CACHE_OK stores how many entries were stored in `*entries`
+ * unless NULL. An unknown, expired or ended token is PT2CACHE_E_SERVER. */
+int pt2cache_bundle_end(pt2cache_client* client, uint64_t token, uint32_t* entries);
+
+/* pt2cache_get and pt2cache_put whose entry joins the bundle of
+ * `bundle_token` (a get only when it hits). */
+int pt2cache_get_bundled(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+                         uint64_t bundle_token, void** value, size_t* value_len);
+int pt2cache_put_bundled(pt2cache_client* client, const char* ns, const void* key, size_t key_len,
+                         const void* value, size_t value_len, uint64_t ttl_ms, int flags,
+                         uint64_t bundle_token);
+
+/* ---- Autotune best-configs, as Inductor's AutotuneCache ---- */
+
+/* Configs travel as JSON objects:
+ *   {"kwargs": {"XBLOCK": 64, "R0_BLOCK": 8}, "num_warps": 4, "num_stages": 1,
+ *    "num_consumer_groups": 0, "num_buffers_warp_spec": 0,
+ *    "found_by_coordesc": false}
+ * where any member may be left out (no kwargs, num_warps 4, num_stages 3, the
+ * others 0 or false). Candidate lists are JSON arrays of them. */
+
+/* Flags of pt2cache_autotune_params. */
+#define PT2CACHE_AUTOTUNE_COORDESC 1  /* Inductor's coordinate_descent_tuning */
+#define PT2CACHE_AUTOTUNE_NO_LOCAL 2  /* autotune_local_cache off */
+#define PT2CACHE_AUTOTUNE_NO_REMOTE 4 /* autotune_remote_cache off */
+#define PT2CACHE_AUTOTUNE_WARP_SPEC 8 /* Triton's HAS_WARP_SPEC */
+#define PT2CACHE_AUTOTUNE_BUNDLE 16   /* join the bundle of `bundle_token` */
+
+/* One kernel's cache, as AutotuneCache.create(inductor_meta, filename,
+ * configs_hash) sees it. Zero-initialise, then set what applies. */
+typedef struct pt2cache_autotune_params {
+    const void* torch_key; /* the raw digest bytes of torch_key() */
+    size_t torch_key_len;
+    const char* backend_hash;  /* triton_hash_with_backend(); NULL: no remote entry */
+    const char* cache_key_tag; /* torch.compiler.config.cache_key_tag; NULL: "" */
+    const char* configs_hash;  /* hash_configs(candidates): pt2cache_autotune_configs_hash */
+    const char* filename;      /* the kernel's source file; only its basename counts */
+    uint64_t bundle_token;     /* with PT2CACHE_AUTOTUNE_BUNDLE */
+    int flags;                 /* PT2CACHE_AUTOTUNE_* */
+} pt2cache_autotune_params;
+
+/* Inductor's hash_configs() of a JSON array of candidate configs: on
+ * PT2CACHE_OK, 64 lowercase hex digits and a NUL in `hash` (65 bytes). */
+int pt2cache_autotune_configs_hash(pt2cache_client* client, const char* candidates_json,
+                                   char hash[65]);
+
+/* AutotuneCache.read_best: the stored best-config (the local entry, else the
+ * remote one) and the candidate it selects (_load_cached_autotuning). On
+ * PT2CACHE_OK `*config_json` is that config as a malloc'd NUL-terminated JSON
+ * object, to release with pt2cache_free (with coordinate descent it may be
+ * the stored config itself, "found_by_coordesc": true); otherwise it is NULL.
+ * PT2CACHE_MISS when nothing is stored or nothing is selected; a negative
+ * code when a lookup failed (a miss too). */
+int pt2cache_autotune_read_best(pt2cache_client* client, const pt2cache_autotune_params* params,
+                                const char* candidates_json, char** config_json);
+
+/* AutotuneCache.save: records `config_json` with `time_taken_ns`,
+ * `found_by_coordesc` and `triton_cache_hash` (NULL: null) in the local entry
+ * (joining the bundle with PT2CACHE_AUTOTUNE_BUNDLE) and the remote entry,
+ * byte for byte as Inductor writes them. A negative code says a write failed;
+ * nothing else is affected. */
+int pt2cache_autotune_save(pt2cache_client* client, const pt2cache_autotune_params* params,
+                           const char* config_json, uint64_t time_taken_ns, int found_by_coordesc,
+                           const char* triton_cache_hash);
+
 /* A one-line description of the last failed call on `client`, or "" after a
  * successful one. Valid until the next call on `client`. Never NULL. */
 const char* pt2cache_last_error(const pt2cache_client* client);
 
-/* Releases a value returned by pt2cache_get; NULL is ignored. */
+/* Releases a value returned by pt2cache_get, pt2cache_get_bundled or
+ * pt2cache_autotune_read_best; NULL is ignored. */
 void pt2cache_free(void* value);
 
 #ifdef __cplusplus
