@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unistd.h>
 
+#include "client/cli/common.hpp"
 #include "client/cli/format.hpp"
 #include "client/client.hpp"
 #include "config/config.hpp"
@@ -28,8 +29,6 @@ const char* const k_exit_status_help =
     "  3  pt2cached unreachable, or it did not answer within --timeout\n"
     "  4  pt2cached answered an error, or a reply this client does not understand";
 
-namespace {
-
 void complain(std::string_view message) {
     fmt::print(stderr, "pt2cache: {}\n", message);
 }
@@ -46,6 +45,8 @@ int report(const Error& error) {
     }
     return exit_status::server;
 }
+
+namespace {
 
 tl::expected<config::Loaded, config::ConfigError> load_config(const Globals& globals) {
     config::LoadOptions options;
@@ -67,6 +68,8 @@ std::string choose_socket(const Globals& globals) {
     return loaded->config.socket_path;
 }
 
+} // namespace
+
 Client make_client(const Globals& globals) {
     Options options;
     options.socket_path = choose_socket(globals);
@@ -78,6 +81,8 @@ Client make_client(const Globals& globals) {
     }
     return Client(std::move(options));
 }
+
+namespace {
 
 std::string describe(const KeyArgs& args) {
     return fmt::format("\"{}\" in {}", printable(args.key), args.ns);

@@ -43,4 +43,9 @@ int run_ls(const Globals& globals, const std::string& ns, bool long_format, std:
 int run_clear(const Globals& globals, const std::string& ns, bool yes);
 int run_config(const Globals& globals);
 
+// autotune_commands.cpp
+int run_bundle_ls(const Globals& globals);
+int run_bundle_show(const Globals& globals, const std::string& key);
+int run_autotune_show(const Globals& globals, const std::string& key);
+
 } // namespace pt2cache::client::cli

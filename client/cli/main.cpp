@@ -113,6 +113,28 @@ int run(int argc, char** argv) {
     auto* config = app.add_subcommand(
         "config", "Print the effective configuration as pt2cached would load it");
 
+    auto* bundle = app.add_subcommand("bundle", "Inspect bundles of autotune best-configs");
+    bundle->require_subcommand(1);
+    auto* bundle_ls = bundle->add_subcommand(
+        "ls", "List the bundles (namespace autotune-bundle) with their entry counts and sizes");
+    std::string bundle_key;
+    auto* bundle_show =
+        bundle->add_subcommand("show", "Print each best-config of a bundle, by kernel basename");
+    bundle_show->add_option("KEY", bundle_key, "Bundle key (64 hex digits)")
+        ->required()
+        ->check(k_key);
+
+    auto* autotune = app.add_subcommand("autotune", "Inspect autotune best-configs");
+    autotune->require_subcommand(1);
+    std::string autotune_key;
+    auto* autotune_show =
+        autotune->add_subcommand("show", "Print one best-config of namespace autotune readably");
+    autotune_show
+        ->add_option("KEY", autotune_key,
+                     "<64 hex>.best_config (local) or <remote key>::<inner key> (remote)")
+        ->required()
+        ->check(k_key);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -143,6 +165,15 @@ int run(int argc, char** argv) {
     }
     if (*config) {
         return run_config(globals);
+    }
+    if (*bundle_ls) {
+        return run_bundle_ls(globals);
+    }
+    if (*bundle_show) {
+        return run_bundle_show(globals, bundle_key);
+    }
+    if (*autotune_show) {
+        return run_autotune_show(globals, autotune_key);
     }
     return exit_status::usage;
 }

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+//
+// Helpers shared by the files of `pt2cache`'s subcommands (commands.cpp,
+// autotune_commands.cpp).
+#pragma once
+
+#include <string_view>
+
+#include "client/cli/commands.hpp"
+#include "client/client.hpp"
+
+namespace pt2cache::client::cli {
+
+// Prints "pt2cache: <message>" on stderr.
+void complain(std::string_view message);
+
+// Complains about `error` and returns its exit status (unreachable or server).
+int report(const Error& error);
+
+// A client for the socket of --socket, else the one pt2cached would choose;
+// no fail-fast back-off, --timeout for connecting and each call.
+Client make_client(const Globals& globals);
+
+} // namespace pt2cache::client::cli
