@@ -11,6 +11,7 @@
 
 #include "config/config.hpp"
 #include "daemon/asio.hpp"
+#include "daemon/bundles.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/store.hpp"
 #include "proto/frame.hpp"
@@ -23,6 +24,8 @@ struct Context {
     config::Config config;
     store::Stats stats;
     std::unique_ptr<store::Store> store;
+    // Open autotune bundles; server.cpp sets the idle timeout and sweeps it.
+    BundleRegistry bundles{std::chrono::seconds(600)};
     asio::thread_pool* blocking = nullptr;
 
     // Read by sessions for each frame; changed by SIGHUP.

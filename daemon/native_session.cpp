@@ -3,10 +3,12 @@
 #include <cstring>
 #include <limits>
 
+#include "daemon/bundles.hpp"
 #include "daemon/connection.hpp"
 #include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 #include "daemon/stats_report.hpp"
+#include "proto/autotune.hpp"
 #include "proto/bytes.hpp"
 #include "proto/messages.hpp"
 
@@ -22,6 +24,26 @@ using proto::Status;
 constexpr std::size_t k_inline_frame = 64 * 1024;
 
 constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
+
+// Best-configs up to this size join a bundle on the Asio thread (parsing a
+// few hundred bytes of JSON costs less than a trip to the worker pool).
+constexpr std::size_t k_inline_join = 16 * 1024;
+
+proto::Error unknown_token(std::uint64_t token) {
+    return {Status::unknown_token,
+            fmt::format("bundle token {:016x} is unknown, expired or already ended", token)};
+}
+
+// Adds a best-config to bundle `token` when `ns`/`key` is one.
+void join_bundle(BundleRegistry& bundles, std::uint64_t token, std::string_view ns,
+                 std::string_view key, std::string_view value) {
+    if (!joins_bundle(ns, key)) {
+        return;
+    }
+    if (auto json = bundle_entry_json(value)) {
+        bundles.add(token, key, std::move(*json));
+    }
+}
 
 class NativeSession {
 public:
@@ -43,6 +65,9 @@ private:
     awaitable<bool> handle_key_op(const proto::Header& header, std::span<const std::byte> body);
     awaitable<bool> handle_list(const proto::Header& header, std::span<const std::byte> body);
     awaitable<bool> handle_clear(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_bundle_begin(const proto::Header& header,
+                                        std::span<const std::byte> body);
+    awaitable<bool> handle_bundle_end(const proto::Header& header, std::span<const std::byte> body);
     bool handle_hello(const proto::Header& header, std::span<const std::byte> body);
 
     // Answers with an error; returns whether the connection stays open.
@@ -50,6 +75,7 @@ private:
     void reply(const proto::Header& header, Status status, std::span<const std::byte> body = {});
 
     store::Store& store() { return *m_context.store; }
+    BundleRegistry& bundles() { return m_context.bundles; }
     asio::thread_pool& pool() { return *m_context.blocking; }
 
     Connection& m_connection;
@@ -176,8 +202,9 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
     case Op::clear:
         co_return co_await handle_clear(header, body);
     case Op::bundle_begin:
+        co_return co_await handle_bundle_begin(header, body);
     case Op::bundle_end:
-        break;
+        co_return co_await handle_bundle_end(header, body);
     }
     co_return fail(header,
                    {Status::unknown_op, fmt::format("{} is not supported by {}",
@@ -198,7 +225,8 @@ bool NativeSession::handle_hello(const proto::Header& header, std::span<const st
     m_greeted = true;
     logger("session").debug("[{}] HELLO from {}", m_connection.id(), hello->client_name);
     proto::HelloResponse response;
-    response.capabilities = hello->capabilities & proto::capability::ttl;
+    response.capabilities =
+        hello->capabilities & (proto::capability::ttl | proto::capability::bundle);
     response.max_value = m_context.max_value.load();
     response.server_name = k_server_name;
     proto::encode_hello_response(m_out.bytes(), header.id, response);
@@ -211,8 +239,9 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
     if (!request) {
         co_return fail(header, request.error());
     }
-    if (request->bundle_token) {
-        co_return fail(header, {Status::unknown_token, "bundle tokens are not supported yet"});
+    const auto token = request->bundle_token;
+    if (token && !bundles().touch(*token)) {
+        co_return fail(header, unknown_token(*token));
     }
     const auto [ns, key] = request->target;
     auto entry = store().get_memory(ns, key);
@@ -227,6 +256,18 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
         reply(header, Status::miss);
         co_return true;
     }
+    // A hit joins the bundle: kernels compiled before are bundled too.
+    if (token && joins_bundle(ns, key)) {
+        const auto text = entry->value.text();
+        if (text.size() <= k_inline_join) {
+            join_bundle(bundles(), *token, ns, key, text);
+        } else {
+            co_await offload(pool(), [&] {
+                join_bundle(bundles(), *token, ns, key, text);
+                return true;
+            });
+        }
+    }
     proto::encode_response_header(m_out.bytes(), header.op, header.id, Status::ok,
                                   entry->value.size());
     m_out.append_blob(std::move(entry->value));
@@ -239,8 +280,9 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     if (!request) {
         co_return fail(header, request.error());
     }
-    if (request->bundle_token) {
-        co_return fail(header, {Status::unknown_token, "bundle tokens are not supported yet"});
+    const auto token = request->bundle_token;
+    if (token && !bundles().touch(*token)) {
+        co_return fail(header, unknown_token(*token));
     }
     store::Entry entry;
     entry.value = owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
@@ -254,7 +296,13 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     const auto mode =
         request->only_if_absent ? store::PutMode::only_if_absent : store::PutMode::overwrite;
     const auto [ns, key] = request->target;
-    auto outcome = co_await offload(pool(), [&] { return store().put(ns, key, entry, mode); });
+    auto outcome = co_await offload(pool(), [&] {
+        auto result = store().put(ns, key, entry, mode);
+        if (token && result && *result == store::PutOutcome::stored) {
+            join_bundle(bundles(), *token, ns, key, entry.value.text());
+        }
+        return result;
+    });
     if (!outcome) {
         co_return fail(header, {Status::storage_error, outcome.error().message});
     }
@@ -312,6 +360,43 @@ awaitable<bool> NativeSession::handle_clear(const proto::Header& header,
         co_return fail(header, {Status::storage_error, removed.error().message});
     }
     proto::encode_count_response(m_out.bytes(), header.op, header.id, *removed);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_bundle_begin(const proto::Header& header,
+                                                   std::span<const std::byte> body) {
+    auto request = proto::parse_bundle_begin(body);
+    if (!request) {
+        co_return fail(header, request.error());
+    }
+    auto key = proto::autotune::bundle_key(request->code_hash, request->backend_hash);
+    const auto restore = co_await offload(pool(), [&] { return restore_bundle(store(), key); });
+    proto::BundleBeginResponse response;
+    response.token = bundles().open(std::move(key), restore.hit);
+    response.hit = restore.hit;
+    response.entries = restore.entries;
+    response.time_saved_ms = restore.time_saved_ms;
+    logger("session").debug("[{}] BUNDLE_BEGIN {}: {} entries restored", m_connection.id(),
+                            restore.hit ? "hit" : "miss", restore.entries);
+    proto::encode_bundle_begin_response(m_out.bytes(), header.id, response);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_bundle_end(const proto::Header& header,
+                                                 std::span<const std::byte> body) {
+    const auto token = proto::parse_bundle_end(body);
+    if (!token) {
+        co_return fail(header, token.error());
+    }
+    auto bundle = bundles().close(*token);
+    if (!bundle) {
+        co_return fail(header, unknown_token(*token));
+    }
+    const auto stored = co_await offload(pool(), [&] { return store_bundle(store(), *bundle); });
+    if (!stored) {
+        co_return fail(header, {Status::storage_error, stored.error().message});
+    }
+    proto::encode_bundle_end_response(m_out.bytes(), header.id, *stored);
     co_return true;
 }
 

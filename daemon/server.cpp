@@ -1,5 +1,7 @@
 #include "daemon/server.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -58,6 +60,7 @@ public:
         , m_acceptor(m_io)
         , m_signals(m_io, SIGINT, SIGTERM, SIGHUP)
         , m_idle_timer(m_io)
+        , m_bundle_timer(m_io)
         , m_drain_timer(m_io) {}
 
     int run();
@@ -69,6 +72,8 @@ private:
     void reload();
     void stop(std::string_view why);
     void arm_idle_timer();
+    void arm_bundle_sweep();
+    void set_bundle_timeout(unsigned seconds);
 
     config::Loaded m_loaded;
     config::LoadOptions m_reload_options;
@@ -79,6 +84,8 @@ private:
     UnixAcceptor m_acceptor;
     asio::signal_set m_signals;
     asio::steady_timer m_idle_timer;
+    asio::steady_timer m_bundle_timer;
+    std::atomic<unsigned> m_bundle_timeout_s{600};
     asio::steady_timer m_drain_timer;
     std::unique_ptr<InstanceLock> m_lock;
     fs::path m_bound_path; // unlinked at exit when we created it
@@ -99,12 +106,14 @@ int Server::run() {
     m_context.max_value = config.max_value_size;
     m_context.blocking = &m_blocking;
     m_context.store = make_store(config, m_context.stats);
+    set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
 
     listen();
     asio::co_spawn(m_io, accept_loop(), asio::detached);
     wait_for_signal();
     arm_idle_timer();
+    arm_bundle_sweep();
 
     const auto ready_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
@@ -218,6 +227,7 @@ void Server::reload() {
     set_log_level(fresh.log_level);
     m_context.max_value = fresh.max_value_size;
     m_context.store->set_policy(store_policy(fresh));
+    set_bundle_timeout(fresh.bundle_idle_timeout_s);
     for (const auto& warning : loaded->warnings) {
         log.warn("{}", warning);
     }
@@ -235,6 +245,7 @@ void Server::stop(std::string_view why) {
     m_acceptor.close(ignored);
     m_signals.cancel(ignored);
     m_idle_timer.cancel();
+    m_bundle_timer.cancel();
     m_registry.shutdown_reads();
     m_drain_timer.expires_after(k_drain_deadline);
     m_drain_timer.async_wait([this](const boost::system::error_code& ec) {
@@ -276,6 +287,26 @@ void Server::arm_idle_timer() {
             return;
         }
         arm_idle_timer();
+    });
+}
+
+void Server::set_bundle_timeout(unsigned seconds) {
+    m_bundle_timeout_s = seconds;
+    m_context.bundles.set_idle_timeout(std::chrono::seconds(seconds));
+}
+
+// Tokens expire on their next use anyway; the sweep frees abandoned bundles.
+void Server::arm_bundle_sweep() {
+    m_bundle_timer.expires_after(std::chrono::seconds(std::min(m_bundle_timeout_s.load(), 10u)));
+    m_bundle_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (ec || m_context.stopping) {
+            return;
+        }
+        if (const auto expired = m_context.bundles.expire()) {
+            logger("bundle").info("{} bundles expired after {} s without use", expired,
+                                  m_bundle_timeout_s.load());
+        }
+        arm_bundle_sweep();
     });
 }
 

@@ -188,9 +188,10 @@ def test_unknown_opcode(case, op):
     assert case.new_errors() == 1
 
 
-def test_reserved_bundle_op_is_unknown(case):
+@pytest.mark.parametrize("op", [0x22, 0x2F])
+def test_reserved_bundle_op_is_unknown(case, op):
     conn = case.greeted()
-    conn.send(frame(0x20, b"", rid=82))
+    conn.send(frame(op, b"", rid=82))
     _, status, rid, msg = error_reply(conn)
     assert (status, rid) == (STATUS["unknown_op"], 82), msg
     assert conn.closed_by_peer()
@@ -446,12 +447,12 @@ def test_hello_response_fields(case):
     server_name = body[17:17 + name_len]
     assert len(body) == 17 + name_len
     assert (version, max_value, max_key) == (1, MAX_VALUE, 1024)
-    assert caps == 1, "only TTL is offered: the answer is the intersection"
+    assert caps == 3, "TTL and BUNDLE are offered: the answer is the intersection"
     assert server_name.startswith(b"pt2cached ")
     conn.close()
 
 
-def test_bundle_flag_without_support_keeps_the_connection(case):
+def test_unknown_bundle_token_keeps_the_connection(case):
     conn = case.greeted()
     token = struct.pack("<Q", 42)
     status, body = conn.request(OP["put"], token + put_body("pgo", b"bundled", b"v"), flags=0x80)
