@@ -2,8 +2,10 @@
 #include "daemon/store/stats.hpp"
 
 #include <chrono>
+#include <ctime>
 #include <mutex>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace pt2cache::daemon::store {
@@ -27,7 +29,55 @@ nlohmann::json tier_json(const TierCounters& counters) {
     };
 }
 
+nlohmann::json remote_json(const RemoteCounters& remote, std::int64_t now_ms) {
+    const auto load = [](const std::atomic<std::uint64_t>& value) {
+        return value.load(std::memory_order_relaxed);
+    };
+    const auto state = static_cast<RemoteState>(remote.state.load(std::memory_order_relaxed));
+    const auto until = remote.suspended_until_ms.load(std::memory_order_relaxed);
+    return {
+        {"state", remote_state_text(state, until, now_ms)},
+        {"hits", load(remote.hits)},
+        {"misses", load(remote.misses)},
+        {"errors", load(remote.errors)},
+        {"timeouts", load(remote.timeouts)},
+        {"suspensions", load(remote.suspensions)},
+        {"skipped", load(remote.skipped)},
+        {"coalesced", load(remote.coalesced)},
+        {"backfills", load(remote.backfills)},
+        {"queued", load(remote.queued)},
+        {"written", load(remote.written)},
+        {"queue_drops", load(remote.queue_drops)},
+        {"shutdown_drops", load(remote.shutdown_drops)},
+        {"oversize_skips", load(remote.oversize_skips)},
+        {"queue_bytes", load(remote.queue_bytes)},
+        {"queue_entries", load(remote.queue_entries)},
+    };
+}
+
 } // namespace
+
+std::string remote_state_text(RemoteState state, std::int64_t until_ms, std::int64_t now_ms) {
+    switch (state) {
+    case RemoteState::disabled:
+        return "disabled";
+    case RemoteState::connecting:
+        return "connecting";
+    case RemoteState::connected:
+        return "connected";
+    case RemoteState::suspended:
+        break;
+    }
+    if (until_ms <= now_ms) {
+        return "connecting";
+    }
+    const auto seconds = static_cast<std::time_t>(until_ms / 1000);
+    std::tm utc{};
+    ::gmtime_r(&seconds, &utc);
+    return fmt::format("suspended until {:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                       utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                       utc.tm_sec, until_ms % 1000);
+}
 
 std::string_view tier_name(TierId tier) {
     switch (tier) {
@@ -91,6 +141,9 @@ nlohmann::json Stats::to_json() const {
              {"requests", load(m_daemon.requests)},
          }},
         {"namespaces", std::move(namespaces)},
+        {"remote", remote_json(m_remote, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count())},
     };
 }
 

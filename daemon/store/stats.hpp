@@ -42,6 +42,39 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> requests{0};
 };
 
+// The remote (Redis) tier's state, for STATS and `pt2cache stats`.
+enum class RemoteState { disabled = 0, connecting = 1, connected = 2, suspended = 3 };
+
+// The remote tier's own counters, next to the per-namespace `remote` rows.
+struct RemoteCounters {
+    std::atomic<std::uint64_t> hits{0};           // GETs Redis answered with a value
+    std::atomic<std::uint64_t> misses{0};         // GETs Redis answered with nil
+    std::atomic<std::uint64_t> errors{0};         // failed operations other than timeouts
+    std::atomic<std::uint64_t> timeouts{0};       // operations that ran past their deadline
+    std::atomic<std::uint64_t> suspensions{0};    // times the circuit breaker opened
+    std::atomic<std::uint64_t> skipped{0};        // requests answered locally while suspended
+    std::atomic<std::uint64_t> coalesced{0};      // gets that waited for another get of their key
+    std::atomic<std::uint64_t> backfills{0};      // remote hits copied into disk and memory
+    std::atomic<std::uint64_t> queued{0};         // writes accepted by the write-behind queue
+    std::atomic<std::uint64_t> written{0};        // writes Redis acknowledged
+    std::atomic<std::uint64_t> queue_drops{0};    // writes dropped: queue full or failed twice
+    std::atomic<std::uint64_t> shutdown_drops{0}; // writes still queued at the shutdown deadline
+    std::atomic<std::uint64_t> oversize_skips{0}; // values larger than Redis accepts: not sent
+    std::atomic<std::uint64_t> queue_bytes{0};    // gauge: bytes waiting in the queue
+    std::atomic<std::uint64_t> queue_entries{0};  // gauge: entries waiting in the queue
+    std::atomic<int> state{static_cast<int>(RemoteState::disabled)};
+    std::atomic<std::int64_t> suspended_until_ms{0}; // Unix ms, when suspended
+
+    void set_state(RemoteState value, std::int64_t until_ms = 0) {
+        suspended_until_ms.store(until_ms, std::memory_order_relaxed);
+        state.store(static_cast<int>(value), std::memory_order_relaxed);
+    }
+};
+
+// "connected", "connecting", "disabled", or "suspended until <ISO 8601 UTC>"
+// ("connecting" once the suspension's end has passed: a probe is due).
+std::string remote_state_text(RemoteState state, std::int64_t until_ms, std::int64_t now_ms);
+
 class Stats {
 public:
     Stats();
@@ -52,17 +85,21 @@ public:
     TierCounters& tier(std::string_view ns, TierId tier) { return this->ns(ns).tier(tier); }
 
     DaemonCounters& daemon() { return m_daemon; }
+    RemoteCounters& remote() { return m_remote; }
+    const RemoteCounters& remote() const { return m_remote; }
 
     // Seconds since construction.
     double uptime_seconds() const;
 
-    // The STATS reply: {"uptime_s":…, "daemon":{…}, "namespaces":{ns:{tier:{…}}}}.
+    // The STATS reply: {"uptime_s":…, "daemon":{…}, "namespaces":{ns:{tier:{…}}},
+    // "remote":{"state":…, counters…}}.
     nlohmann::json to_json() const;
 
 private:
     mutable std::shared_mutex m_mutex;
     std::map<std::string, std::unique_ptr<NamespaceCounters>, std::less<>> m_namespaces;
     DaemonCounters m_daemon;
+    RemoteCounters m_remote;
     std::int64_t m_started_ns;
 };
 

@@ -2,6 +2,7 @@
 #include "daemon/store/store.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "daemon/store/log.hpp"
 #include "daemon/store/xxh3.hpp"
@@ -55,7 +56,7 @@ std::mutex& Store::stripe(std::string_view ns, std::string_view key) {
     return m_stripes[stripe_index(ns, key, k_stripe_count)];
 }
 
-void Store::count_force_disabled_get(std::string_view ns, bool local) {
+void Store::count_force_disabled_get(std::string_view ns, bool local, bool remote) {
     NamespaceCounters& counters = m_stats.ns(ns);
     if (local && m_memory_on != nullptr) {
         add(counters.tier(TierId::memory).misses);
@@ -63,12 +64,12 @@ void Store::count_force_disabled_get(std::string_view ns, bool local) {
     if (local && m_disk_on != nullptr) {
         add(counters.tier(TierId::disk).misses);
     }
-    if (m_remote) {
+    if (remote) {
         add(counters.tier(TierId::remote).misses);
     }
 }
 
-void Store::count_force_disabled_put(std::string_view ns, bool local) {
+void Store::count_force_disabled_put(std::string_view ns, bool local, bool remote) {
     NamespaceCounters& counters = m_stats.ns(ns);
     if (local && m_memory_on != nullptr) {
         add(counters.tier(TierId::memory).puts);
@@ -76,9 +77,50 @@ void Store::count_force_disabled_put(std::string_view ns, bool local) {
     if (local && m_disk_on != nullptr) {
         add(counters.tier(TierId::disk).puts);
     }
-    if (m_remote) {
+    if (remote) {
         add(counters.tier(TierId::remote).puts);
     }
+}
+
+bool Store::remote_serves(const StorePolicy& policy, std::string_view ns) const {
+    return m_remote &&
+           (!policy.remote_namespaces || policy.remote_namespaces->contains(std::string(ns)));
+}
+
+tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePolicy& policy,
+                                                                 std::string_view ns,
+                                                                 std::string_view key, bool local) {
+    std::string flight_key;
+    flight_key.reserve(ns.size() + 1 + key.size());
+    flight_key.append(ns).append(1, '\0').append(key);
+    const auto wait_deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(policy.remote_wait_ms);
+    auto outcome = m_remote_flights.run(flight_key, wait_deadline, [&] {
+        auto result = m_remote->get(ns, key);
+        if (result && *result && local && (m_disk_on != nullptr || m_memory_on != nullptr)) {
+            if (m_disk_on != nullptr) {
+                if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
+                    add(m_stats.tier(ns, TierId::disk).errors);
+                    logger().warn("disk refill {}/{:?} failed: {}", ns, key,
+                                  stored.error().message);
+                }
+            }
+            if (m_memory_on != nullptr) {
+                m_memory_on->put(ns, key, **result);
+            }
+            add(m_stats.remote().backfills);
+        }
+        return result;
+    });
+    if (!outcome.leader) {
+        add(m_stats.remote().coalesced);
+    }
+    if (!outcome.result) {
+        return tl::make_unexpected(
+            StoreError{Failure::timeout, fmt::format("waited {} ms for a concurrent remote get",
+                                                     policy.remote_wait_ms)});
+    }
+    return std::move(*outcome.result);
 }
 
 std::optional<Entry> Store::get_memory(std::string_view ns, std::string_view key) {
@@ -99,8 +141,9 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,
                                                           std::string_view key) {
     const auto policy = m_policy.load();
     const bool local = is_local(*policy, ns);
+    const bool remote = remote_serves(*policy, ns);
     if (policy->force_disable) {
-        count_force_disabled_get(ns, local);
+        count_force_disabled_get(ns, local, remote);
         return std::nullopt;
     }
     NamespaceCounters& counters = m_stats.ns(ns);
@@ -138,28 +181,17 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,
             last_error = std::move(result.error());
         }
     }
-    if (m_remote) {
-        auto result = m_remote->get(ns, key);
+    if (remote) {
+        auto result = remote_get(*policy, ns, key, local);
         if (result && *result) {
             hit(TierId::remote, **result);
-            if (local) {
-                if (m_disk_on != nullptr) {
-                    if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
-                        add(counters.tier(TierId::disk).errors);
-                        logger().warn("disk refill {}/{:?} failed: {}", ns, key,
-                                      stored.error().message);
-                    }
-                }
-                if (m_memory_on != nullptr) {
-                    m_memory_on->put(ns, key, **result);
-                }
-            }
             return std::move(*result);
         }
-        add(counters.tier(TierId::remote).misses);
         if (result) {
+            add(counters.tier(TierId::remote).misses);
             answered = true;
-        } else {
+        } else if (result.error().failure != Failure::unavailable) {
+            add(counters.tier(TierId::remote).misses);
             add(counters.tier(TierId::remote).errors);
             logger().warn("{} get {}/{:?} failed: {}", m_remote->name(), ns, key,
                           result.error().message);
@@ -201,8 +233,9 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
             Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
                                             entry.value.size(), policy->max_value_size)});
     }
+    const bool remote = remote_serves(*policy, ns) && !policy->remote_read_only;
     if (policy->force_disable) {
-        count_force_disabled_put(ns, is_local(*policy, ns));
+        count_force_disabled_put(ns, is_local(*policy, ns), remote);
         return PutOutcome::stored;
     }
     if (entry.created_ms == 0) {
@@ -231,16 +264,18 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         }
         local_result = put_local(ns, key, entry);
     }
-    if (m_remote) {
+    if (remote) {
         TierCounters& counters = m_stats.tier(ns, TierId::remote);
         auto stored = m_remote->put(ns, key, entry);
         if (stored) {
             add(counters.puts);
             add(counters.bytes_in, entry.value.size());
         } else {
-            add(counters.errors);
-            logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
-                          stored.error().message);
+            if (stored.error().failure != Failure::unavailable) {
+                add(counters.errors);
+                logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
+                              stored.error().message);
+            }
             if (!local) {
                 return tl::make_unexpected(std::move(stored.error()));
             }
@@ -273,13 +308,15 @@ tl::expected<bool, StoreError> Store::exists(std::string_view ns, std::string_vi
             }
         }
     }
-    if (m_remote) {
-        auto found = m_remote->get(ns, key);
+    if (remote_serves(*policy, ns)) {
+        auto found = remote_get(*policy, ns, key, is_local(*policy, ns));
         if (found) {
             return found->has_value();
         }
-        add(m_stats.tier(ns, TierId::remote).errors);
-        error = std::move(found.error());
+        if (found.error().failure != Failure::unavailable) {
+            add(m_stats.tier(ns, TierId::remote).errors);
+            error = std::move(found.error());
+        }
     }
     if (error) {
         return tl::make_unexpected(std::move(*error));
@@ -303,8 +340,13 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
     if (m_disk_on != nullptr) {
         take(m_disk_on->remove(ns, key));
     }
-    if (m_remote) {
-        take(m_remote->remove(ns, key));
+    const auto policy = m_policy.load();
+    if (remote_serves(*policy, ns) && !policy->remote_read_only) {
+        auto result = m_remote->remove(ns, key);
+        // A suspended remote keeps its copy: the delete is answered locally.
+        if (result || result.error().failure != Failure::unavailable) {
+            take(std::move(result));
+        }
     }
     if (error) {
         return tl::make_unexpected(std::move(*error));

@@ -17,6 +17,7 @@
 
 #include "daemon/store/disk_tier.hpp"
 #include "daemon/store/memory_tier.hpp"
+#include "daemon/store/single_flight.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
@@ -33,6 +34,14 @@ struct StorePolicy {
     std::set<std::string> locally_disabled;
     // Larger values are refused with `Failure::too_large`.
     std::uint64_t max_value_size = 512ULL << 20;
+    // Namespaces the remote tier serves (its per-namespace switches);
+    // nullopt: every namespace.
+    std::optional<std::set<std::string>> remote_namespaces;
+    // The remote tier is read, never written to or deleted from.
+    bool remote_read_only = false;
+    // How long a get waits for a concurrent get of the same key to bring the
+    // remote's answer (single flight) before it counts as a timeout.
+    std::uint64_t remote_wait_ms = 2000;
 };
 
 enum class PutMode { overwrite, only_if_absent };
@@ -43,7 +52,11 @@ enum class PutOutcome { stored, not_stored };
 //   the hit; a tier error counts an error and a miss;
 // - a put counts `puts` and `bytes_in` (value bytes) in each tier written;
 //   refilling a faster tier after a hit in a slower one is not counted;
-// - `bytes_out` counts value bytes served by the tier that hit.
+// - `bytes_out` counts value bytes served by the tier that hit;
+// - a remote tier answering `Failure::unavailable` (suspended, or no remote
+//   form for the namespace) was not consulted: nothing is counted for it.
+// Concurrent gets of one key that reach the remote tier send it one get
+// (single flight); the first of them copies a hit into disk and memory.
 class Store {
 public:
     // Any tier may be null; a disabled tier (capacity 0) counts as absent.
@@ -58,11 +71,12 @@ public:
     std::optional<Entry> get_memory(std::string_view ns, std::string_view key);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
-    // remote hit into disk and memory. A failing tier is treated as a miss
-    // there; an error is returned only when every tier consulted failed.
+    // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
+    // as a miss there; an error is returned only when every tier consulted failed.
     tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns, std::string_view key);
 
-    // Writes memory and disk (synchronously), then remote. `only_if_absent`
+    // Writes memory and disk (synchronously), then remote (unless read-only;
+    // the Redis tier only queues the write). `only_if_absent`
     // stores only when neither memory nor disk holds a live entry, atomically
     // with respect to other puts of the same key; otherwise `not_stored`.
     // A value over `max_value_size` fails with `too_large`. A disk failure
@@ -107,11 +121,16 @@ private:
     static constexpr std::size_t k_stripe_count = 64;
 
     std::mutex& stripe(std::string_view ns, std::string_view key);
-    void count_force_disabled_get(std::string_view ns, bool local);
-    void count_force_disabled_put(std::string_view ns, bool local);
+    void count_force_disabled_get(std::string_view ns, bool local, bool remote);
+    void count_force_disabled_put(std::string_view ns, bool local, bool remote);
     // Writes memory and disk; the disk's error if it fails.
     tl::expected<void, StoreError> put_local(std::string_view ns, std::string_view key,
                                              const Entry& entry);
+    // The remote tier's answer for `key`, through the single flight; a hit is
+    // copied into the local tiers when `local`.
+    tl::expected<std::optional<Entry>, StoreError>
+    remote_get(const StorePolicy& policy, std::string_view ns, std::string_view key, bool local);
+    bool remote_serves(const StorePolicy& policy, std::string_view ns) const;
 
     Stats& m_stats;
     std::atomic<std::shared_ptr<const StorePolicy>> m_policy;
@@ -122,6 +141,7 @@ private:
     MemoryTier* const m_memory_on;
     DiskTier* const m_disk_on;
     std::array<std::mutex, k_stripe_count> m_stripes;
+    SingleFlight<tl::expected<std::optional<Entry>, StoreError>> m_remote_flights;
 };
 
 } // namespace pt2cache::daemon::store

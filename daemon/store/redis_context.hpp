@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// The one wrapper of hiredis (0.14, blocking, RESP2, no TLS). hiredis opens
+// the connection (with a connect timeout) and parses replies; this file does
+// the socket I/O itself, non-blocking with poll(), so that every exchange has
+// one overall deadline: a per-syscall SO_RCVTIMEO would let a Redis that
+// trickles bytes hold a worker far longer than the operation timeout.
+//
+// Never call any of this on an Asio thread: it blocks (up to its deadline).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/store/blob.hpp"
+
+#include <tl/expected.hpp>
+
+struct redisContext;
+struct redisReader;
+
+namespace pt2cache::daemon::store {
+
+using SteadyClock = std::chrono::steady_clock;
+using Milliseconds = std::chrono::milliseconds;
+
+// Where and how to connect. Either `unix_socket` or `host`/`port`.
+struct RedisEndpoint {
+    std::string unix_socket;
+    std::string host = "localhost";
+    std::uint16_t port = 6379;
+    std::string username; // ACL user; empty: AUTH with the password only
+    std::string password; // empty: no AUTH
+    unsigned db = 0;      // SELECT when not 0
+    Milliseconds connect_timeout{500};
+    Milliseconds op_timeout{1000};
+
+    // "unix:///path" or "redis://host:port/db", with no credentials.
+    std::string describe() const;
+};
+
+enum class RedisErrorKind {
+    connect,   // refused, unreachable, or setup (AUTH, SELECT) failed
+    io,        // the connection broke (reset, closed by the server)
+    timeout,   // the deadline passed
+    protocol,  // the server sent something that is not RESP
+    reply,     // the server answered with an error (-ERR, -NOPERM, -OOM ...)
+    aborted,   // the caller's abort flag was raised
+    exhausted, // no pooled connection became free in time
+};
+
+struct RedisError {
+    RedisErrorKind kind;
+    std::string message;
+
+    // A failure of Redis or the path to it (what the circuit breaker counts),
+    // as opposed to an error reply or a busy pool.
+    bool connectivity() const {
+        return kind == RedisErrorKind::connect || kind == RedisErrorKind::io ||
+               kind == RedisErrorKind::timeout || kind == RedisErrorKind::protocol;
+    }
+};
+
+// One parsed reply. Strings are held in a `Blob`, so a GET's value is handed
+// to the store without another copy.
+struct RedisReply {
+    enum class Type { string, status, error, integer, nil, array };
+
+    Type type = Type::nil;
+    std::int64_t integer = 0;
+    Blob data; // string, status and error replies
+    std::vector<std::unique_ptr<RedisReply>> elements;
+
+    std::string_view text() const { return data.text(); }
+    bool is_ok() const { return type == Type::status && text() == "OK"; }
+};
+
+using RedisReplyPtr = std::unique_ptr<RedisReply>;
+
+// One command: its arguments, viewed, not copied (a SET's value stays in its
+// `Blob` until written to the socket).
+struct RedisCommand {
+    std::vector<std::string_view> args;
+};
+
+// Transfers of large values get more time than `op_timeout`: one second per
+// this many bytes on top of it (a 512 MiB value gets 16 s more).
+inline constexpr std::uint64_t k_min_bytes_per_second = 32ULL << 20;
+
+// One open connection: socket, reply parser, read buffer. Not thread-safe;
+// the pool hands it to one thread at a time.
+class RedisConnection {
+public:
+    ~RedisConnection();
+    RedisConnection(RedisConnection&&) noexcept;
+    RedisConnection& operator=(RedisConnection&&) noexcept;
+
+    // Connects within `endpoint.connect_timeout` (host names are resolved by
+    // getaddrinfo, which has no timeout of its own), then sends AUTH and
+    // SELECT as needed and names the client "pt2cached".
+    static tl::expected<RedisConnection, RedisError> open(const RedisEndpoint& endpoint,
+                                                          const std::atomic<bool>* abort = nullptr);
+
+    // Sends `commands` in one write and reads one reply per command, all
+    // within the op timeout (extended for large transfers, see
+    // k_min_bytes_per_second). An error reply is a reply, not an error. When
+    // `abort` becomes true the exchange stops within about 50 ms. After any
+    // error the connection is unusable.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    exchange(std::span<const RedisCommand> commands, const std::atomic<bool>* abort = nullptr);
+
+    tl::expected<RedisReplyPtr, RedisError> command(const RedisCommand& command,
+                                                    const std::atomic<bool>* abort = nullptr);
+
+    bool usable() const { return m_usable; }
+
+private:
+    struct ContextDeleter {
+        void operator()(redisContext* context) const;
+    };
+    struct ReaderDeleter {
+        void operator()(redisReader* reader) const;
+    };
+
+    RedisConnection(std::unique_ptr<redisContext, ContextDeleter> context, Milliseconds timeout);
+
+    tl::expected<void, RedisError> write_all(std::span<const RedisCommand> commands,
+                                             SteadyClock::time_point& deadline,
+                                             const std::atomic<bool>* abort);
+    tl::expected<RedisReplyPtr, RedisError> read_reply(SteadyClock::time_point& deadline,
+                                                       const std::atomic<bool>* abort);
+    // Reads a bulk reply of `length` bytes into a buffer of its own; `first`
+    // is what was already read after its header.
+    tl::expected<RedisReplyPtr, RedisError> read_bulk(std::size_t length, std::string_view first,
+                                                      SteadyClock::time_point& deadline,
+                                                      const std::atomic<bool>* abort);
+    // Waits until the socket is ready for `events`, the deadline or an abort.
+    tl::expected<void, RedisError> wait(short events, SteadyClock::time_point deadline,
+                                        const std::atomic<bool>* abort);
+    RedisError fail(RedisErrorKind kind, std::string message);
+
+    std::unique_ptr<redisContext, ContextDeleter> m_context;
+    std::unique_ptr<redisReader, ReaderDeleter> m_reader;
+    std::vector<char> m_buffer;
+    Milliseconds m_op_timeout;
+    int m_fd = -1;
+    bool m_usable = true;
+};
+
+} // namespace pt2cache::daemon::store

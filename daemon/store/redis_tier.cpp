@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/redis_tier.hpp"
+
+#include <algorithm>
+
+#include "daemon/store/log.hpp"
+#include "proto/inductor_keys.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
+    counter.fetch_add(amount, std::memory_order_relaxed);
+}
+
+// The daemon registers "remote"; without it (unit tests), the store's logger.
+spdlog::logger& remote_log() {
+    if (const auto registered = spdlog::get("remote")) {
+        return *registered;
+    }
+    return logger();
+}
+
+StoreError to_store_error(const RedisError& error) {
+    const bool timeout =
+        error.kind == RedisErrorKind::timeout || error.kind == RedisErrorKind::exhausted;
+    return StoreError{timeout ? Failure::timeout : Failure::io, error.message};
+}
+
+StoreError no_redis_form(std::string_view ns) {
+    return StoreError{Failure::unavailable,
+                      fmt::format("namespace {} has no Redis form: never sent remote", ns)};
+}
+
+std::int64_t unix_ms_at(SteadyClock::time_point when) {
+    const auto left = std::chrono::duration_cast<Milliseconds>(when - SteadyClock::now());
+    return now_ms() + std::max<std::int64_t>(0, left.count());
+}
+
+} // namespace
+
+RedisTier::RedisTier(RedisTierOptions options, Stats& stats)
+    : m_options(std::move(options))
+    , m_counters(stats.remote())
+    , m_pool(m_options.endpoint, m_options.pool_size)
+    , m_breaker(m_options.breaker)
+    , m_queue(m_options.queue) {
+    m_counters.set_state(RemoteState::connecting);
+    const unsigned flushers = std::clamp(m_options.flushers, 1U, std::max(1U, m_options.pool_size));
+    m_running = flushers;
+    for (unsigned i = 0; i < flushers; ++i) {
+        m_flushers.emplace_back([this, i] { flusher_loop(i); });
+    }
+}
+
+RedisTier::~RedisTier() {
+    m_stopping = true;
+    m_queue.close();
+    const auto deadline = SteadyClock::now() + m_options.shutdown_flush;
+    const auto pending = m_queue.size();
+    bool idle = false;
+    while (!(idle = m_queue.wait_idle(std::min(deadline, SteadyClock::now() + Milliseconds(50)))) &&
+           m_running > 0 && SteadyClock::now() < deadline) {
+    }
+    // Writes in flight stop within about 50 ms; what is left is dropped.
+    m_abort = true;
+    m_queue.notify();
+    for (auto& thread : m_flushers) {
+        thread.join();
+    }
+    const auto left = m_queue.drain();
+    add(m_counters.shutdown_drops, left.size());
+    update_gauges();
+    if (!left.empty() || !idle) {
+        remote_log().warn("shutdown: {} queued writes not sent to Redis ({} were queued)",
+                          left.size(), pending);
+    } else if (pending > 0) {
+        remote_log().info("shutdown: {} queued writes sent to Redis", pending);
+    }
+    m_counters.set_state(RemoteState::disabled);
+}
+
+RemoteState RedisTier::state() const {
+    std::lock_guard lock(m_state_mutex);
+    return m_state;
+}
+
+void RedisTier::set_state(RemoteState state, std::int64_t until_ms) {
+    // Called with m_state_mutex held.
+    m_state = state;
+    m_counters.set_state(state, until_ms);
+}
+
+void RedisTier::on_success() {
+    std::lock_guard lock(m_state_mutex);
+    if (m_state == RemoteState::connected) {
+        return;
+    }
+    if (m_ever_connected) {
+        remote_log().info("Redis at {} is back: remote tier resumed",
+                          m_options.endpoint.describe());
+    } else {
+        remote_log().info("connected to Redis at {}", m_options.endpoint.describe());
+    }
+    m_ever_connected = true;
+    set_state(RemoteState::connected);
+}
+
+void RedisTier::on_failure(const RedisError& error, Admission admission) {
+    if (!error.connectivity()) {
+        m_breaker.release(admission);
+        return;
+    }
+    // The other idle connections most likely lead to the same dead end.
+    m_pool.drop_idle();
+    const auto until = m_breaker.failure(admission);
+    std::lock_guard lock(m_state_mutex);
+    if (until) {
+        add(m_counters.suspensions);
+        const auto cooldown = std::chrono::duration_cast<Milliseconds>(*until - SteadyClock::now());
+        remote_log().warn("Redis at {} unreachable ({}): remote tier suspended for {} ms",
+                          m_options.endpoint.describe(), error.message, cooldown.count());
+        set_state(RemoteState::suspended, unix_ms_at(*until));
+    } else if (m_state == RemoteState::connected) {
+        remote_log().warn("Redis at {}: {}", m_options.endpoint.describe(), error.message);
+        set_state(RemoteState::connecting);
+    }
+}
+
+tl::expected<std::vector<RedisReplyPtr>, RedisError>
+RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
+                   const std::atomic<bool>* abort) {
+    std::optional<RedisError> error;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        auto lease = m_pool.acquire(SteadyClock::now() + m_options.endpoint.op_timeout, abort);
+        if (!lease) {
+            error = std::move(lease.error());
+            break;
+        }
+        auto replies = (*lease)->exchange(commands, abort);
+        if (replies) {
+            m_breaker.success(admission);
+            on_success();
+            return replies;
+        }
+        error = std::move(replies.error());
+        // A pooled connection that broke at once was stale (Redis restarted,
+        // or closed it): one more try on a fresh one, within the same call.
+        if (!(attempt == 0 && lease->reused() && error->kind == RedisErrorKind::io)) {
+            break;
+        }
+        m_pool.drop_idle();
+    }
+    if (error->kind == RedisErrorKind::aborted) {
+        m_breaker.release(admission);
+    } else {
+        const bool timeout =
+            error->kind == RedisErrorKind::timeout || error->kind == RedisErrorKind::exhausted;
+        add(timeout ? m_counters.timeouts : m_counters.errors);
+        on_failure(*error, admission);
+    }
+    return tl::make_unexpected(std::move(*error));
+}
+
+tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view ns,
+                                                              std::string_view key) {
+    const auto redis_key = proto::to_redis_key(ns, key);
+    if (!redis_key) {
+        return tl::make_unexpected(no_redis_form(ns));
+    }
+    const auto admission = m_breaker.admit();
+    if (admission == Admission::refused) {
+        add(m_counters.skipped);
+        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
+    }
+    const RedisCommand command{{"GET", *redis_key}};
+    auto replies = execute(std::span(&command, 1), admission);
+    if (!replies) {
+        return tl::make_unexpected(to_store_error(replies.error()));
+    }
+    const RedisReply& reply = *replies->front();
+    switch (reply.type) {
+    case RedisReply::Type::nil:
+        add(m_counters.misses);
+        return std::nullopt;
+    case RedisReply::Type::string: {
+        add(m_counters.hits);
+        Entry entry;
+        entry.value = reply.data;
+        entry.created_ms = now_ms();
+        return entry;
+    }
+    default:
+        add(m_counters.errors);
+        return tl::make_unexpected(StoreError{
+            Failure::io, fmt::format("GET {:?}: unexpected reply {:?}", *redis_key, reply.text())});
+    }
+}
+
+tl::expected<void, StoreError> RedisTier::put(std::string_view ns, std::string_view key,
+                                              const Entry& entry) {
+    auto redis_key = proto::to_redis_key(ns, key);
+    if (!redis_key) {
+        return tl::make_unexpected(no_redis_form(ns));
+    }
+    if (entry.value.size() > m_options.max_value_size) {
+        add(m_counters.oversize_skips);
+        return tl::make_unexpected(StoreError{
+            Failure::too_large, fmt::format("value of {} bytes not sent: Redis accepts at most {}",
+                                            entry.value.size(), m_options.max_value_size)});
+    }
+    std::int64_t ttl_ms = static_cast<std::int64_t>(m_options.expire_s) * 1000;
+    if (entry.expires_ms != 0) {
+        const auto left = entry.expires_ms - now_ms();
+        if (left <= 0) {
+            return {}; // already expired: nothing worth sharing
+        }
+        ttl_ms = ttl_ms == 0 ? left : std::min(ttl_ms, left);
+    }
+    WriteItem item{std::move(*redis_key), entry.value, ttl_ms};
+    const auto bytes = item.bytes();
+    const auto pushed = m_queue.push(std::move(item));
+    add(m_counters.queue_drops, pushed.dropped);
+    update_gauges();
+    if (!pushed.accepted) {
+        return tl::make_unexpected(StoreError{
+            Failure::too_large,
+            fmt::format("{} bytes do not fit the write-behind queue ({} bytes): not sent", bytes,
+                        m_options.queue.capacity_bytes)});
+    }
+    add(m_counters.queued);
+    return {};
+}
+
+tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::string_view key) {
+    const auto redis_key = proto::to_redis_key(ns, key);
+    if (!redis_key) {
+        return false;
+    }
+    const bool dequeued = m_queue.erase(*redis_key) > 0;
+    update_gauges();
+    const auto admission = m_breaker.admit();
+    if (admission == Admission::refused) {
+        add(m_counters.skipped);
+        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
+    }
+    const RedisCommand command{{"DEL", *redis_key}};
+    auto replies = execute(std::span(&command, 1), admission);
+    if (!replies) {
+        return tl::make_unexpected(to_store_error(replies.error()));
+    }
+    const RedisReply& reply = *replies->front();
+    if (reply.type != RedisReply::Type::integer) {
+        add(m_counters.errors);
+        return tl::make_unexpected(
+            StoreError{Failure::io, fmt::format("DEL {:?}: {}", *redis_key, reply.text())});
+    }
+    return dequeued || reply.integer > 0;
+}
+
+tl::expected<std::uint64_t, StoreError> RedisTier::clear(std::string_view) {
+    return 0;
+}
+
+bool RedisTier::flush(Milliseconds timeout) {
+    return m_queue.wait_idle(SteadyClock::now() + timeout);
+}
+
+void RedisTier::update_gauges() {
+    m_counters.queue_bytes.store(m_queue.bytes(), std::memory_order_relaxed);
+    m_counters.queue_entries.store(m_queue.size(), std::memory_order_relaxed);
+}
+
+void RedisTier::probe() {
+    const auto admission = m_breaker.admit();
+    if (admission == Admission::refused) {
+        return;
+    }
+    const RedisCommand command{{"PING"}};
+    // Failures are counted and logged by execute.
+    (void)execute(std::span(&command, 1), admission, &m_abort);
+}
+
+void RedisTier::write(WriteItem item) {
+    const auto admission = m_breaker.admit();
+    if (admission == Admission::refused) {
+        // Suspended meanwhile: the entry waits for the end of the cool-down.
+        if (!m_queue.requeue(std::move(item))) {
+            add(m_counters.queue_drops);
+        }
+        return;
+    }
+    RedisCommand command{{"SET", item.key, item.value.text()}};
+    std::string ttl;
+    if (item.ttl_ms > 0) {
+        // Whole seconds as Inductor sends them (EX); otherwise milliseconds.
+        const bool seconds = item.ttl_ms % 1000 == 0;
+        ttl = std::to_string(seconds ? item.ttl_ms / 1000 : item.ttl_ms);
+        command.args.push_back(seconds ? "EX" : "PX");
+        command.args.push_back(ttl);
+    }
+    auto replies = execute(std::span(&command, 1), admission, &m_abort);
+    if (replies) {
+        const RedisReply& reply = *replies->front();
+        if (reply.is_ok()) {
+            add(m_counters.written);
+        } else {
+            add(m_counters.errors);
+            remote_log().warn("SET {:?} ({} bytes) refused: {}", item.key, item.value.size(),
+                              reply.text());
+        }
+        m_queue.finished();
+    } else if (replies.error().kind == RedisErrorKind::aborted) {
+        add(m_counters.shutdown_drops);
+        m_queue.finished();
+    } else if (item.attempts == 0 && replies.error().connectivity()) {
+        ++item.attempts;
+        if (!m_queue.requeue(std::move(item))) {
+            add(m_counters.queue_drops);
+        }
+    } else {
+        add(m_counters.queue_drops);
+        remote_log().debug("SET {:?} given up: {}", item.key, replies.error().message);
+        m_queue.finished();
+    }
+    update_gauges();
+}
+
+void RedisTier::flusher_loop(unsigned index) {
+    while (!m_abort) {
+        const auto now = SteadyClock::now();
+        const auto breaker = m_breaker.snapshot();
+        if (breaker.state == CircuitBreaker::State::open && now < breaker.open_until) {
+            if (m_stopping) {
+                break; // suspended: the rest is dropped at the shutdown deadline
+            }
+            m_queue.wait(breaker.open_until);
+            continue;
+        }
+        if (breaker.state == CircuitBreaker::State::half_open) {
+            // Another thread's probe is out. (Not m_queue.wait: it returns at
+            // once after close.)
+            std::this_thread::sleep_for(Milliseconds(20));
+            continue;
+        }
+        // One flusher keeps testing the connection while it is not known to
+        // work, so that the tier resumes without waiting for traffic.
+        if (index == 0 && !m_stopping && state() != RemoteState::connected) {
+            probe();
+            if (state() != RemoteState::connected) {
+                m_queue.wait(SteadyClock::now() + m_options.probe_interval);
+            }
+            continue;
+        }
+        auto item = m_queue.pop(m_stopping ? now : now + Milliseconds(1000));
+        if (!item) {
+            if (m_stopping && m_queue.size() == 0) {
+                break;
+            }
+            continue;
+        }
+        update_gauges();
+        write(std::move(*item));
+    }
+    --m_running;
+    m_queue.notify();
+}
+
+} // namespace pt2cache::daemon::store

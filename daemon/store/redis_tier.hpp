@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+// The remote tier: Redis, shared by a fleet, with keys and values exactly as
+// plain PyTorch writes them (`pt2:{cache_id}::{key}:c1`, value bytes as they
+// are; proto::to_redis_key is the mapping). Entries of a namespace with no
+// Redis form never leave the machine.
+//
+// - get: one GET on a pooled connection, bounded by the connect and operation
+//   timeouts. While the circuit breaker holds the tier suspended, it answers
+//   `Failure::unavailable` at once (the store then answers locally).
+// - put: queued (write-behind, see write_behind.hpp) and written by flusher
+//   threads with `SET key value [EX n | PX n]`; the caller never waits for
+//   Redis. Values over `max_value_size` (Redis's proto-max-bulk-len) are not
+//   sent.
+// - destruction flushes the queue for up to `shutdown_flush`, then drops and
+//   counts the rest.
+// Every call blocks (up to its deadline): never call it on an Asio thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/store/circuit_breaker.hpp"
+#include "daemon/store/redis_context.hpp"
+#include "daemon/store/redis_pool.hpp"
+#include "daemon/store/stats.hpp"
+#include "daemon/store/tier.hpp"
+#include "daemon/store/write_behind.hpp"
+
+namespace pt2cache::daemon::store {
+
+struct RedisTierOptions {
+    RedisEndpoint endpoint;
+    unsigned pool_size = 4;
+    std::uint64_t expire_s = 0;                  // TTL of every write; 0: none
+    std::uint64_t max_value_size = 512ULL << 20; // Redis's proto-max-bulk-len default
+    WriteBehindOptions queue;
+    BreakerOptions breaker;
+    unsigned flushers = 2; // at most pool_size
+    Milliseconds shutdown_flush{5000};
+    // Between probes while connecting (the breaker's cool-downs apply once
+    // it has opened).
+    Milliseconds probe_interval{200};
+};
+
+class RedisTier final : public Tier {
+public:
+    // Starts the flusher threads; the first one connects (the daemon serves
+    // meanwhile, and whether Redis is up or not).
+    RedisTier(RedisTierOptions options, Stats& stats);
+    ~RedisTier() override;
+    RedisTier(const RedisTier&) = delete;
+    RedisTier& operator=(const RedisTier&) = delete;
+
+    std::string_view name() const override { return "remote"; }
+
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
+                                                       std::string_view key) override;
+
+    // Queues the write; fails only when nothing will be sent: no Redis form
+    // (`unavailable`), over `max_value_size` or larger than the whole queue
+    // (`too_large`).
+    tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
+                                       const Entry& entry) override;
+
+    // DEL, and drops queued writes of the key.
+    tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
+
+    // Remote entries are shared by the fleet: a local `clear` leaves them.
+    tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
+
+    // Waits until every queued write is written (or given up); true when the
+    // queue became idle within `timeout`.
+    bool flush(Milliseconds timeout);
+
+    const RedisTierOptions& options() const { return m_options; }
+    RemoteState state() const;
+    // The longest a get of a small value takes: connect plus operation timeout.
+    Milliseconds get_budget() const {
+        return m_options.endpoint.connect_timeout + m_options.endpoint.op_timeout;
+    }
+
+private:
+    using Admission = CircuitBreaker::Admission;
+
+    // Runs `commands` on a pooled connection (retrying once on a fresh one
+    // when a reused connection turns out stale), and tells the breaker how it
+    // went. Counts errors and timeouts.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    execute(std::span<const RedisCommand> commands, Admission admission,
+            const std::atomic<bool>* abort = nullptr);
+    void on_success();
+    void on_failure(const RedisError& error, Admission admission);
+    void set_state(RemoteState state, std::int64_t until_ms = 0);
+
+    void flusher_loop(unsigned index);
+    void write(WriteItem item);
+    void probe();
+    void update_gauges();
+
+    const RedisTierOptions m_options;
+    RemoteCounters& m_counters;
+    RedisPool m_pool;
+    CircuitBreaker m_breaker;
+    WriteBehindQueue m_queue;
+
+    mutable std::mutex m_state_mutex;
+    RemoteState m_state = RemoteState::connecting;
+    bool m_ever_connected = false;
+
+    std::atomic<bool> m_stopping{false};
+    std::atomic<bool> m_abort{false};
+    std::atomic<unsigned> m_running{0};
+    std::vector<std::thread> m_flushers;
+};
+
+} // namespace pt2cache::daemon::store

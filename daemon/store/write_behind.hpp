@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// The remote tier's write-behind queue: puts are answered once they are
+// stored locally and reach Redis later, through this queue, written by the
+// tier's flusher threads.
+//
+// Policy:
+// - bounded in bytes (key + value); a push that does not fit drops the
+//   OLDEST entries until it does (an entry larger than the whole queue is
+//   dropped itself); every drop is counted by the caller;
+// - two lanes: values up to `small_limit` and larger ones. `pop` serves the
+//   small lane first, so one large upload does not hold small entries back;
+//   a large entry that has waited `large_aging` is served before small ones,
+//   so large entries are not starved either.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/store/blob.hpp"
+
+namespace pt2cache::daemon::store {
+
+struct WriteItem {
+    std::string key; // the Redis key
+    Blob value;
+    std::int64_t ttl_ms = 0; // 0: no expiry
+    std::chrono::steady_clock::time_point queued_at{};
+    unsigned attempts = 0;
+
+    std::uint64_t bytes() const { return key.size() + value.size(); }
+};
+
+struct WriteBehindOptions {
+    std::uint64_t capacity_bytes = 256ULL << 20;
+    std::uint64_t small_limit = 256ULL << 10;
+    std::chrono::milliseconds large_aging{1000};
+};
+
+class WriteBehindQueue {
+public:
+    using Clock = std::chrono::steady_clock;
+
+    explicit WriteBehindQueue(WriteBehindOptions options = {});
+
+    struct PushResult {
+        bool accepted = true;
+        std::uint64_t dropped = 0; // entries dropped to make room (or this one)
+    };
+
+    // Queues `item`, stamping `queued_at` when it is unset.
+    PushResult push(WriteItem item);
+
+    // Puts back an entry that `pop` handed out (its write failed and it gets
+    // another try) at the head of its lane; false when there is no room
+    // (nothing else is dropped for it). Ends the entry's `in flight` state.
+    bool requeue(WriteItem item);
+
+    // The next entry (see the policy above); it is `in flight` until
+    // `finished` or `requeue`. Waits until `wake_at` for one; nullopt on
+    // timeout, after `notify`, or when closed and empty.
+    std::optional<WriteItem> pop(Clock::time_point wake_at);
+
+    // The write of a popped entry is over (written or given up).
+    void finished();
+
+    // Waits until `wake_at`, `notify` or `close`.
+    void wait(Clock::time_point wake_at);
+
+    // Wakes every waiter of `pop` and `wait`.
+    void notify();
+
+    // No more waiting: `pop` returns at once when empty. Pushes still work.
+    void close();
+
+    // Waits until nothing is queued or in flight, at most until `deadline`;
+    // true when that happened.
+    bool wait_idle(Clock::time_point deadline);
+
+    // Removes and returns every queued entry.
+    std::vector<WriteItem> drain();
+
+    // Removes queued writes of `key` (it was deleted meanwhile); how many.
+    std::size_t erase(std::string_view key);
+
+    std::uint64_t bytes() const;
+    std::size_t size() const;
+
+private:
+    std::deque<WriteItem>& lane(const WriteItem& item);
+    // Drops the oldest queued entry; false when empty.
+    bool drop_oldest();
+
+    const WriteBehindOptions m_options;
+    mutable std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::deque<WriteItem> m_small;
+    std::deque<WriteItem> m_large;
+    std::uint64_t m_bytes = 0;
+    std::size_t m_in_flight = 0;
+    std::uint64_t m_generation = 0; // bumped by notify
+    bool m_closed = false;
+};
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+#include <string>
+#include <thread>
+
+#include "daemon/store/redis_context.hpp"
+#include "daemon/store/redis_pool.hpp"
+#include "tests/daemon/store/helpers.hpp"
+#include "tests/daemon/store/redis_server.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace pt2cache::daemon::store;
+using namespace std::chrono_literals;
+using pt2cache::tests::RedisServer;
+using pt2cache::tests::TempDir;
+
+namespace {
+
+RedisEndpoint endpoint_of(const RedisServer& server) {
+    RedisEndpoint endpoint;
+    endpoint.unix_socket = server.socket().string();
+    endpoint.connect_timeout = 500ms;
+    endpoint.op_timeout = 300ms;
+    return endpoint;
+}
+
+std::string as_string(const std::vector<std::byte>& bytes) {
+    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+} // namespace
+
+TEST_CASE("redis connection round trips values of every size", "[store][redis]") {
+    REQUIRE_REDIS_SERVER();
+    TempDir dir;
+    RedisServer server(dir.path());
+    auto connection = RedisConnection::open(endpoint_of(server));
+    REQUIRE(connection);
+
+    for (const std::size_t size : {0UL, 1UL, 5000UL, (64UL << 10) - 1, 64UL << 10, 4UL << 20}) {
+        const auto value = as_string(pt2cache::tests::random_bytes(size, size + 1));
+        auto set = connection->command({{"SET", "k", value}});
+        REQUIRE(set);
+        CHECK((*set)->is_ok());
+        auto got = connection->command({{"GET", "k"}});
+        REQUIRE(got);
+        CHECK((*got)->type == RedisReply::Type::string);
+        CHECK((*got)->text() == value);
+    }
+
+    SECTION("pipelined replies after a large bulk reply") {
+        const std::string big(1 << 20, 'x');
+        REQUIRE(connection->command({{"SET", "big", big}}));
+        const std::vector<RedisCommand> commands = {
+            {{"GET", "big"}}, {{"GET", "missing"}}, {{"INCR", "n"}}, {{"GET", "big"}}};
+        auto replies = connection->exchange(commands);
+        REQUIRE(replies);
+        REQUIRE(replies->size() == 4);
+        CHECK((*replies)[0]->text() == big);
+        CHECK((*replies)[1]->type == RedisReply::Type::nil);
+        CHECK((*replies)[2]->integer == 1);
+        CHECK((*replies)[3]->text() == big);
+    }
+    SECTION("an error reply is a reply") {
+        auto reply = connection->command({{"GET"}});
+        REQUIRE(reply);
+        CHECK((*reply)->type == RedisReply::Type::error);
+        CHECK(connection->usable());
+    }
+    SECTION("arrays") {
+        auto reply = connection->command({{"MGET", "k", "missing"}});
+        REQUIRE(reply);
+        REQUIRE((*reply)->type == RedisReply::Type::array);
+        CHECK((*reply)->elements.size() == 2);
+        CHECK((*reply)->elements[1]->type == RedisReply::Type::nil);
+    }
+}
+
+TEST_CASE("redis connection failures are bounded and classified", "[store][redis]") {
+    REQUIRE_REDIS_SERVER();
+    TempDir dir;
+    SECTION("nothing listening") {
+        RedisEndpoint endpoint;
+        endpoint.unix_socket = (dir.path() / "none.sock").string();
+        auto connection = RedisConnection::open(endpoint);
+        REQUIRE_FALSE(connection);
+        CHECK(connection.error().kind == RedisErrorKind::connect);
+        CHECK(connection.error().connectivity());
+    }
+    SECTION("a frozen server times out") {
+        RedisServer server(dir.path());
+        auto connection = RedisConnection::open(endpoint_of(server));
+        REQUIRE(connection);
+        server.freeze();
+        const auto started = std::chrono::steady_clock::now();
+        auto reply = connection->command({{"GET", "k"}});
+        const auto took = std::chrono::steady_clock::now() - started;
+        server.thaw();
+        REQUIRE_FALSE(reply);
+        CHECK(reply.error().kind == RedisErrorKind::timeout);
+        CHECK(took >= 300ms);
+        CHECK(took < 1000ms);
+        CHECK_FALSE(connection->usable());
+    }
+    SECTION("an abort flag stops a wait") {
+        RedisServer server(dir.path());
+        auto connection = RedisConnection::open(endpoint_of(server));
+        REQUIRE(connection);
+        server.freeze();
+        std::atomic<bool> abort{true};
+        auto reply = connection->command({{"GET", "k"}}, &abort);
+        server.thaw();
+        REQUIRE_FALSE(reply);
+        CHECK(reply.error().kind == RedisErrorKind::aborted);
+    }
+    SECTION("a killed server is an I/O error") {
+        RedisServer server(dir.path());
+        auto connection = RedisConnection::open(endpoint_of(server));
+        REQUIRE(connection);
+        server.kill();
+        auto reply = connection->command({{"GET", "k"}});
+        REQUIRE_FALSE(reply);
+        CHECK(reply.error().kind == RedisErrorKind::io);
+    }
+}
+
+TEST_CASE("redis connection AUTH and SELECT", "[store][redis]") {
+    REQUIRE_REDIS_SERVER();
+    TempDir dir;
+    RedisServer server(dir.path(), {"--requirepass", "s3cret"});
+    auto endpoint = endpoint_of(server);
+
+    SECTION("no password") {
+        auto connection = RedisConnection::open(endpoint);
+        REQUIRE(connection); // the server answers NOAUTH only to commands
+        auto reply = connection->command({{"GET", "k"}});
+        REQUIRE(reply);
+        CHECK((*reply)->type == RedisReply::Type::error);
+    }
+    SECTION("wrong password") {
+        endpoint.password = "wrong";
+        auto connection = RedisConnection::open(endpoint);
+        REQUIRE_FALSE(connection);
+        CHECK(connection.error().kind == RedisErrorKind::connect);
+        CHECK_THAT(connection.error().message, Catch::Contains("AUTH refused"));
+    }
+    SECTION("password and database") {
+        endpoint.password = "s3cret";
+        endpoint.db = 3;
+        auto connection = RedisConnection::open(endpoint);
+        REQUIRE(connection);
+        REQUIRE(connection->command({{"SET", "in3", "v"}}));
+        CHECK(server.cli("-a s3cret --no-auth-warning -n 3 get in3") == "v");
+        CHECK(server.cli("-a s3cret --no-auth-warning -n 0 exists in3") == "0");
+    }
+    SECTION("ACL user") {
+        server.cli("-a s3cret --no-auth-warning ACL SETUSER cache on '>pw' '~pt2:*' '+get' "
+                   "'+set' '+ping'");
+        endpoint.username = "cache";
+        endpoint.password = "pw";
+        auto connection = RedisConnection::open(endpoint); // CLIENT SETNAME refused: ignored
+        REQUIRE(connection);
+        auto set = connection->command({{"SET", "pt2:x", "v"}});
+        REQUIRE(set);
+        CHECK((*set)->is_ok());
+        auto denied = connection->command({{"SET", "other", "v"}});
+        REQUIRE(denied);
+        CHECK((*denied)->type == RedisReply::Type::error);
+    }
+}
+
+TEST_CASE("redis pool reuses, bounds and drops connections", "[store][redis]") {
+    REQUIRE_REDIS_SERVER();
+    TempDir dir;
+    RedisServer server(dir.path());
+    RedisPool pool(endpoint_of(server), 2);
+    {
+        auto a = pool.acquire(std::chrono::steady_clock::now() + 100ms);
+        REQUIRE(a);
+        CHECK_FALSE(a->reused());
+        auto b = pool.acquire(std::chrono::steady_clock::now() + 100ms);
+        REQUIRE(b);
+        const auto started = std::chrono::steady_clock::now();
+        auto c = pool.acquire(started + 100ms);
+        REQUIRE_FALSE(c);
+        CHECK(c.error().kind == RedisErrorKind::exhausted);
+        CHECK_FALSE(c.error().connectivity());
+        CHECK(std::chrono::steady_clock::now() - started >= 100ms);
+    }
+    CHECK(pool.open_count() == 2);
+    {
+        auto again = pool.acquire(std::chrono::steady_clock::now() + 100ms);
+        REQUIRE(again);
+        CHECK(again->reused());
+    }
+    pool.drop_idle();
+    CHECK(pool.open_count() == 0);
+}
