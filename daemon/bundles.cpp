@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "daemon/bundles.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <limits>
+#include <memory>
 
 #include "daemon/log.hpp"
 #include "proto/autotune.hpp"
@@ -111,24 +115,62 @@ std::optional<std::string> bundle_entry_json(std::string_view value) {
 
 namespace {
 
-constexpr auto k_max_ms = std::numeric_limits<std::uint64_t>::max();
+// Entries a helper thread is worth: below this the caller writes alone.
+constexpr std::size_t k_entries_per_helper = 64;
+
+void add_saturating(std::atomic<std::uint64_t>& total, std::uint64_t value) {
+    auto current = total.load(std::memory_order_relaxed);
+    std::uint64_t next = 0;
+    do {
+        const auto room = std::numeric_limits<std::uint64_t>::max() - current;
+        next = value > room ? std::numeric_limits<std::uint64_t>::max() : current + value;
+    } while (!total.compare_exchange_weak(current, next, std::memory_order_relaxed));
+}
 
 // The time_taken_ms a restored entry saves; what is not a non-negative
 // integer counts as nothing.
 std::uint64_t time_taken_ms(const Json& best_config) {
     const auto found = best_config.find("time_taken_ms");
-    if (found == best_config.end()) {
-        return 0;
+    if (found == best_config.end() || !found->is_number_unsigned()) {
+        return 0; // absent, negative, float, or not a number at all
     }
-    if (found->is_number_unsigned()) {
-        return found->get<std::uint64_t>();
+    return found->get<std::uint64_t>();
+}
+
+// Runs fn(i) for every i in [0, count) on this thread and on up to `helpers`
+// tasks of `pool`, and returns once every call has returned. Indices are
+// handed out one at a time; a helper that starts after they ran out returns
+// without touching `fn`'s captures, so it may outlive this call.
+template <typename Fn>
+void parallel_for(asio::thread_pool* pool, unsigned helpers, std::size_t count, const Fn& fn) {
+    struct Shared {
+        std::atomic<std::size_t> next{0};
+        std::atomic<std::size_t> done{0};
+        std::mutex mutex;
+        std::condition_variable all_done;
+    };
+    const auto shared = std::make_shared<Shared>();
+    const auto work = [shared, count, &fn] {
+        for (auto i = shared->next.fetch_add(1); i < count; i = shared->next.fetch_add(1)) {
+            fn(i);
+            if (shared->done.fetch_add(1) + 1 == count) {
+                std::lock_guard lock(shared->mutex);
+                shared->all_done.notify_all();
+            }
+        }
+    };
+    for (unsigned i = 0; i < helpers; ++i) {
+        asio::post(*pool, work);
     }
-    return 0; // negative, float, or not a number at all
+    work();
+    std::unique_lock lock(shared->mutex);
+    shared->all_done.wait(lock, [&] { return shared->done.load() == count; });
 }
 
 } // namespace
 
-BundleRestore restore_bundle(store::Store& store, std::string_view key) {
+BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::thread_pool* pool,
+                             unsigned helpers) {
     auto& log = logger("bundle");
     const auto ns = autotune::k_bundle_namespace;
     auto found = store.get(ns, key);
@@ -146,29 +188,43 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key) {
                  (*found)->value.size());
         return {};
     }
-    BundleRestore restore;
-    restore.hit = true;
-    const auto now = store::now_ms();
+    std::vector<std::pair<const std::string*, const Json*>> restorable;
+    restorable.reserve(bundle.size());
     for (const auto& [basename, best_config] : bundle.items()) {
         // Inductor's reader ignores anything but a dict; the key must name
         // a local best-config file.
-        if (!autotune::is_local_key(basename) || !best_config.is_object()) {
+        if (autotune::is_local_key(basename) && best_config.is_object()) {
+            restorable.emplace_back(&basename, &best_config);
+        } else {
             log.debug("bundle {}: entry {:?} skipped", key, basename);
-            continue;
         }
-        store::Entry entry;
-        entry.value = store::Blob::copy_of(proto::python_json_dumps(best_config));
-        entry.created_ms = now;
-        auto stored = store.put(autotune::k_namespace, basename, std::move(entry));
-        if (!stored) {
-            log.warn("bundle {}: entry {} not restored: {}", key, basename, stored.error().message);
-            continue;
-        }
-        ++restore.entries;
-        const auto saved = time_taken_ms(best_config);
-        restore.time_saved_ms =
-            saved > k_max_ms - restore.time_saved_ms ? k_max_ms : restore.time_saved_ms + saved;
     }
+
+    std::atomic<std::uint32_t> entries{0};
+    std::atomic<std::uint64_t> saved_ms{0};
+    const auto now = store::now_ms();
+    const auto restore_one = [&](std::size_t i) {
+        const auto& [basename, best_config] = restorable[i];
+        store::Entry entry;
+        entry.value = store::Blob::copy_of(proto::python_json_dumps(*best_config));
+        entry.created_ms = now;
+        auto stored = store.put(autotune::k_namespace, *basename, std::move(entry));
+        if (!stored) {
+            log.warn("bundle {}: entry {} not restored: {}", key, *basename,
+                     stored.error().message);
+            return;
+        }
+        entries.fetch_add(1, std::memory_order_relaxed);
+        add_saturating(saved_ms, time_taken_ms(*best_config));
+    };
+    const auto wanted = static_cast<unsigned>(
+        std::min<std::size_t>(helpers, restorable.size() / k_entries_per_helper));
+    parallel_for(pool, pool == nullptr ? 0 : wanted, restorable.size(), restore_one);
+
+    BundleRestore restore;
+    restore.hit = true;
+    restore.entries = entries.load();
+    restore.time_saved_ms = saved_ms.load();
     log.debug("bundle {} restored: {} entries, {} ms saved", key, restore.entries,
               restore.time_saved_ms);
     return restore;

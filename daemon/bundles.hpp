@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/asio.hpp"
 #include "daemon/store/store.hpp"
 
 namespace pt2cache::daemon {
@@ -93,8 +94,12 @@ struct BundleRestore {
 // `key` from namespace `autotune-bundle`; on a hit writes each entry into
 // namespace `autotune` and sums their time_taken_ms. A lookup that fails
 // and a bundle that is not a JSON object are misses; the latter is counted
-// as `corrupt` of namespace autotune-bundle (memory tier row).
-BundleRestore restore_bundle(store::Store& store, std::string_view key);
+// as `corrupt` of namespace autotune-bundle (memory tier row). Large bundles
+// are written by the calling thread and up to `helpers` tasks posted to
+// `pool` (helpers that start after the work ran out return at once, so a
+// busy pool never holds the caller up).
+BundleRestore restore_bundle(store::Store& store, std::string_view key,
+                             asio::thread_pool* pool = nullptr, unsigned helpers = 0);
 
 // BUNDLE_END's store (blocking): writes `{basename: best_config, ...}` as
 // json.dumps would under the bundle key in `autotune-bundle`. Returns how

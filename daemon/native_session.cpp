@@ -370,7 +370,9 @@ awaitable<bool> NativeSession::handle_bundle_begin(const proto::Header& header,
         co_return fail(header, request.error());
     }
     auto key = proto::autotune::bundle_key(request->code_hash, request->backend_hash);
-    const auto restore = co_await offload(pool(), [&] { return restore_bundle(store(), key); });
+    const auto restore = co_await offload(pool(), [&] {
+        return restore_bundle(store(), key, &pool(), m_context.config.blocking_threads - 1);
+    });
     proto::BundleBeginResponse response;
     response.token = bundles().open(std::move(key), restore.hit);
     response.hit = restore.hit;

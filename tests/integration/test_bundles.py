@@ -330,3 +330,25 @@ def test_bundle_end_frees_nothing_of_other_bundles(daemon):
     status, stored = conn.get("autotune-bundle", bundle_key("c" + "1" * 51).encode())
     assert (status, json.loads(stored)) == (OK, {local_key("a"): best_config(1)})
     assert os.path.isdir(daemon.cache_dir)
+
+
+def test_a_large_bundle_restores_every_entry(make_daemon):
+    # Enough entries for the restore to fan out over the worker pool.
+    d = make_daemon("--set", "daemon.blocking_threads=4")
+    conn = BundleClient(d.socket)
+    code_hash = "c" + "l" * 51
+    configs = {local_key(f"large {i}"): best_config(i) for i in range(400)}
+    token, _, _, _ = conn.begin(code_hash)
+    for key, data in configs.items():
+        assert conn.tput(token, "autotune", key, json.dumps(data).encode()) == OK
+    assert conn.end(token) == (OK, len(configs))
+
+    restart_without_local_autotune(d)
+    conn = BundleClient(d.socket)
+    _, hit, entries, saved = conn.begin(code_hash)
+    assert (hit, entries) == (True, len(configs))
+    assert saved == sum(c["time_taken_ms"] for c in configs.values())
+    for key, data in configs.items():
+        assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
+    stats = conn.stats()["namespaces"]["autotune"]
+    assert stats["memory"]["hits"] == len(configs)
