@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "daemon/context.hpp"
+#include "daemon/store/redis_tier.hpp"
 
 namespace pt2cache::daemon {
 
@@ -14,6 +15,17 @@ nlohmann::json stats_report(Context& context) {
     report["cache_dir"] = context.config.cache_dir;
     report["force_disable_caches"] = context.store->policy()->force_disable;
     report["tiers"] = context.store->tier_summary();
+    if (const auto* remote = dynamic_cast<const store::RedisTier*>(context.store->remote_tier())) {
+        const auto policy = context.store->policy();
+        auto& tier = report["tiers"]["remote"];
+        tier["endpoint"] = remote->options().endpoint.describe();
+        tier["state"] = report["remote"]["state"];
+        tier["read_only"] = policy->remote_read_only;
+        tier["namespaces"] = policy->remote_namespaces.value_or(std::set<std::string>{});
+        tier["count"] = report["remote"]["queue_entries"];
+        tier["bytes"] = report["remote"]["queue_bytes"];
+        tier["capacity"] = remote->options().queue.capacity_bytes;
+    }
     return report;
 }
 

@@ -6,6 +6,9 @@
 #include "daemon/socket_setup.hpp"
 #include "daemon/store/disk_tier.hpp"
 #include "daemon/store/memory_tier.hpp"
+#include "daemon/store/redis_tier.hpp"
+
+#include <fmt/ranges.h>
 
 namespace pt2cache::daemon {
 
@@ -19,8 +22,60 @@ store::StorePolicy store_policy(const config::Config& config) {
     if (!config.autograd_cache) {
         policy.locally_disabled.insert("aot-autograd");
     }
+    // The seed's per-namespace remote switches; RESP keys that map to no
+    // namespace ("redis") go remote whenever any switch is on.
+    std::set<std::string> remote;
+    const std::pair<bool, const char*> switches[] = {
+        {config.fx_graph_remote_cache, "fx-graph"},
+        {config.autograd_remote_cache, "aot-autograd"},
+        {config.autotune_remote_cache, "autotune"},
+        {config.bundled_autotune_remote_cache, "autotune-bundle"},
+        {config.pgo_remote_cache, "pgo"},
+        {config.remote_enabled, "redis"},
+    };
+    for (const auto& [on, ns] : switches) {
+        if (on) {
+            remote.insert(ns);
+        }
+    }
+    policy.remote_namespaces = std::move(remote);
+    policy.remote_read_only = config.remote_read_only;
+    policy.remote_wait_ms =
+        std::uint64_t{config.remote_connect_timeout_ms} + config.remote_op_timeout_ms;
     return policy;
 }
+
+namespace {
+
+std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::Stats& stats) {
+    if (!config.remote_enabled) {
+        return nullptr;
+    }
+    store::RedisTierOptions options;
+    auto& endpoint = options.endpoint;
+    endpoint.unix_socket = config.redis_unix_socket;
+    endpoint.host = config.redis_host;
+    endpoint.port = config.redis_port;
+    endpoint.username = config.redis_username;
+    endpoint.password = config.redis_password;
+    endpoint.db = config.redis_db;
+    endpoint.connect_timeout = std::chrono::milliseconds(config.remote_connect_timeout_ms);
+    endpoint.op_timeout = std::chrono::milliseconds(config.remote_op_timeout_ms);
+    options.pool_size = config.remote_pool_size;
+    options.flushers = std::min(2U, config.remote_pool_size);
+    options.expire_s = config.redis_expire_s;
+    options.queue.capacity_bytes = config.write_behind_queue_bytes;
+    const auto policy = store_policy(config);
+    logger("daemon").info("remote tier: Redis at {} for {}{}{}", endpoint.describe(),
+                          fmt::join(*policy.remote_namespaces, ", "),
+                          config.remote_read_only ? " (read-only)" : "",
+                          config.redis_expire_s != 0
+                              ? fmt::format(", entries expire after {} s", config.redis_expire_s)
+                              : std::string());
+    return std::make_unique<store::RedisTier>(std::move(options), stats);
+}
+
+} // namespace
 
 std::unique_ptr<store::Store> make_store(const config::Config& config, store::Stats& stats) {
     std::unique_ptr<store::MemoryTier> memory;
@@ -44,7 +99,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         disk = std::make_unique<store::DiskTier>(root, options, stats);
     }
     return std::make_unique<store::Store>(stats, store_policy(config), std::move(memory),
-                                          std::move(disk), nullptr);
+                                          std::move(disk), make_remote(config, stats));
 }
 
 } // namespace pt2cache::daemon
