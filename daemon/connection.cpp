@@ -40,6 +40,10 @@ awaitable<void> Connection::run() {
     }
     counters.connections_accepted++;
     counters.connections_active++;
+    // Synchronous operations on the socket return would_block instead of
+    // blocking an I/O thread (see flush()).
+    boost::system::error_code ignored_ec;
+    m_socket.non_blocking(true, ignored_ec);
     try {
         if (co_await read_more(0)) {
             const auto first = m_input.readable().front();
@@ -89,8 +93,27 @@ awaitable<bool> Connection::flush(OutputBatch& batch) {
     if (batch.empty()) {
         co_return true;
     }
+    auto buffers = batch.buffers();
+    // Most replies fit in the socket buffer: write them now, without the
+    // scheduler round trip that even an immediately complete async_write
+    // costs. Only what does not fit waits for the socket.
     boost::system::error_code ec;
-    co_await asio::async_write(m_socket, batch.buffers(), asio::redirect_error(use_awaitable, ec));
+    std::size_t written = m_socket.write_some(buffers, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+        batch.clear();
+        co_return false;
+    }
+    if (written < asio::buffer_size(buffers)) {
+        auto first = buffers.begin();
+        while (written >= first->size()) {
+            written -= first->size();
+            ++first;
+        }
+        std::vector<asio::const_buffer> rest(first, buffers.end());
+        rest.front() += written;
+        ec.clear();
+        co_await asio::async_write(m_socket, rest, asio::redirect_error(use_awaitable, ec));
+    }
     batch.clear();
     co_return !ec;
 }
