@@ -9,11 +9,12 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import threading
 import time
 
 from integ_helpers import NativeClient, error_reply
-from pt2harness import OP, STATUS, frame, key_body
+from pt2harness import OP, STATUS, frame, key_body, wait_for
 
 OK, MISS = STATUS["ok"], STATUS["miss"]
 UNKNOWN_TOKEN = STATUS["unknown_token"]
@@ -352,3 +353,36 @@ def test_a_large_bundle_restores_every_entry(make_daemon):
         assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
     stats = conn.stats()["namespaces"]["autotune"]
     assert stats["memory"]["hits"] == len(configs)
+
+
+def test_bundle_through_redis_reaches_a_fresh_daemon(make_daemon, redis_server):
+    remote = ("--set", f"remote.unix_socket={redis_server.socket}",
+              "--set", "remote.bundled_autotune=true")
+    first = make_daemon(*remote, sub="first")
+    conn = BundleClient(first.socket)
+    code_hash = "c" + "r" * 51
+    configs = {local_key(f"redis {i}"): best_config(i) for i in range(8)}
+    token, hit, _, _ = conn.begin(code_hash)
+    assert not hit
+    for key, data in configs.items():
+        assert conn.tput(token, "autotune", key, json.dumps(data).encode()) == OK
+    assert conn.end(token) == (OK, len(configs))
+
+    redis_key = f"pt2:bundled-autotune-v1::{bundle_key(code_hash)}:c1"
+    wait_for(lambda: redis_server.cli("exists", redis_key).strip() == "1",
+             what="the bundle in Redis")
+    raw = subprocess.run(["redis-cli", "-s", str(redis_server.socket), "--raw", "get", redis_key],
+                         capture_output=True, check=True).stdout
+    assert raw.rstrip(b"\n") == json.dumps(configs).encode()
+    # Per-kernel local entries never go to Redis.
+    assert redis_server.cli("dbsize").strip() == "1"
+    first.stop()
+
+    fresh = make_daemon(*remote, sub="fresh")
+    conn = BundleClient(fresh.socket)
+    _, hit, entries, saved = conn.begin(code_hash)
+    assert (hit, entries) == (True, len(configs))
+    assert saved == sum(c["time_taken_ms"] for c in configs.values())
+    for key, data in configs.items():
+        assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
+    assert conn.stats()["namespaces"]["autotune"]["memory"]["hits"] == len(configs)
