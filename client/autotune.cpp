@@ -174,7 +174,7 @@ std::string config_to_json(const TritonConfig& config) {
     return proto::python_json_dumps(out);
 }
 
-tl::expected<TritonConfig, std::string> config_from_json(const Json& value) {
+tl::expected<TritonConfig, std::string> config_from_value(const Json& value) {
     if (!value.is_object()) {
         return tl::unexpected(fmt::format("a config is a JSON object, not {}", value.type_name()));
     }
@@ -226,7 +226,7 @@ tl::expected<TritonConfig, std::string> config_from_json(std::string_view text) 
     if (value.is_discarded()) {
         return tl::unexpected(std::string("a config must be JSON"));
     }
-    return config_from_json(value);
+    return config_from_value(value);
 }
 
 tl::expected<std::vector<TritonConfig>, std::string> configs_from_json(std::string_view text) {
@@ -237,7 +237,7 @@ tl::expected<std::vector<TritonConfig>, std::string> configs_from_json(std::stri
     std::vector<TritonConfig> configs;
     configs.reserve(value.size());
     for (std::size_t i = 0; i < value.size(); ++i) {
-        auto config = config_from_json(value[i]);
+        auto config = config_from_value(value[i]);
         if (!config) {
             return tl::unexpected(fmt::format("candidate {}: {}", i, config.error()));
         }

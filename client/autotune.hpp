@@ -133,8 +133,9 @@ std::string config_to_json(const TritonConfig& config);
 // 4), num_stages (3), num_consumer_groups, num_buffers_warp_spec (0) are
 // integers; found_by_coordesc (false) is a boolean; other members are
 // refused. The error names the first problem.
-tl::expected<TritonConfig, std::string> config_from_json(const nlohmann::ordered_json& value);
 tl::expected<TritonConfig, std::string> config_from_json(std::string_view text);
+// The same over a parsed value.
+tl::expected<TritonConfig, std::string> config_from_value(const nlohmann::ordered_json& value);
 
 // A JSON array of configs in that form.
 tl::expected<std::vector<TritonConfig>, std::string> configs_from_json(std::string_view text);

@@ -110,7 +110,7 @@ int pt2cache_autotune_save(pt2cache_client* client, const pt2cache_autotune_para
         if (!settings) {
             return invalid(&c, settings.error());
         }
-        auto config = pt2cache::client::config_from_json(std::string_view(config_json));
+        auto config = pt2cache::client::config_from_json(config_json);
         if (!config) {
             return invalid(&c, config.error());
         }

@@ -83,7 +83,7 @@ BundleText render_bundle(std::string_view key, std::string_view bundle_json) {
         auto config = BestConfig::from_value(data);
         if (!config) {
             body += fmt::format("  not a best-config ({}):\n  {}\n", config.error(),
-                                printable(proto::python_json_dumps(data)));
+                                proto::python_json_dumps(data));
             continue;
         }
         total_ms += config->time_taken_ms;
