@@ -158,8 +158,14 @@ RedisConnection::~RedisConnection() = default;
 RedisConnection::RedisConnection(RedisConnection&&) noexcept = default;
 RedisConnection& RedisConnection::operator=(RedisConnection&&) noexcept = default;
 
+tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpoint& endpoint) {
+    return open(endpoint, SteadyClock::now() + endpoint.op_timeout);
+}
+
 tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpoint& endpoint,
+                                                                SteadyClock::time_point deadline,
                                                                 const std::atomic<bool>* abort) {
+    const auto started = SteadyClock::now();
     const timeval connect_tv = to_timeval(endpoint.connect_timeout);
     redisContext* raw =
         endpoint.unix_socket.empty()
@@ -189,6 +195,8 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
     if (connection.m_reader == nullptr) {
         return tl::make_unexpected(RedisError{RedisErrorKind::connect, "out of memory"});
     }
+    connection.m_connect_time =
+        std::chrono::duration_cast<Milliseconds>(SteadyClock::now() - started);
 
     std::vector<RedisCommand> setup;
     const std::string db = std::to_string(endpoint.db);
@@ -202,7 +210,7 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
     }
     // For operators (CLIENT LIST); an ACL user may not be allowed to: ignored.
     setup.push_back(RedisCommand{{"CLIENT", "SETNAME", "pt2cached"}});
-    auto replies = connection.exchange(setup, abort);
+    auto replies = connection.exchange(setup, deadline + connection.m_connect_time, abort);
     if (!replies) {
         auto error = std::move(replies.error());
         if (error.kind != RedisErrorKind::aborted) {
@@ -234,9 +242,8 @@ tl::expected<void, RedisError> RedisConnection::wait(short events, SteadyClock::
         }
         const auto now = SteadyClock::now();
         if (now >= deadline) {
-            return tl::make_unexpected(
-                fail(RedisErrorKind::timeout,
-                     fmt::format("no answer within {} ms", m_op_timeout.count())));
+            return tl::make_unexpected(fail(
+                RedisErrorKind::timeout, fmt::format("no answer within {} ms", m_budget.count())));
         }
         auto slice = std::chrono::ceil<Milliseconds>(deadline - now);
         if (abort != nullptr) {
@@ -433,11 +440,12 @@ RedisConnection::read_bulk(std::size_t length, std::string_view first,
 }
 
 tl::expected<std::vector<RedisReplyPtr>, RedisError>
-RedisConnection::exchange(std::span<const RedisCommand> commands, const std::atomic<bool>* abort) {
+RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::time_point deadline,
+                          const std::atomic<bool>* abort) {
     if (!m_usable) {
         return tl::make_unexpected(RedisError{RedisErrorKind::io, "connection already failed"});
     }
-    auto deadline = SteadyClock::now() + m_op_timeout;
+    m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
     if (auto written = write_all(commands, deadline, abort); !written) {
         return tl::make_unexpected(std::move(written.error()));
     }
@@ -455,7 +463,7 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, const std::ato
 
 tl::expected<RedisReplyPtr, RedisError> RedisConnection::command(const RedisCommand& command,
                                                                  const std::atomic<bool>* abort) {
-    auto replies = exchange(std::span(&command, 1), abort);
+    auto replies = exchange(std::span(&command, 1), SteadyClock::now() + m_op_timeout, abort);
     if (!replies) {
         return tl::make_unexpected(std::move(replies.error()));
     }

@@ -102,20 +102,29 @@ public:
 
     // Connects within `endpoint.connect_timeout` (host names are resolved by
     // getaddrinfo, which has no timeout of its own), then sends AUTH and
-    // SELECT as needed and names the client "pt2cached".
+    // SELECT as needed and names the client "pt2cached", by `deadline` plus
+    // the time the connect took (see `connect_time`).
     static tl::expected<RedisConnection, RedisError> open(const RedisEndpoint& endpoint,
+                                                          SteadyClock::time_point deadline,
                                                           const std::atomic<bool>* abort = nullptr);
+    // The same, by now + the endpoint's op timeout.
+    static tl::expected<RedisConnection, RedisError> open(const RedisEndpoint& endpoint);
 
-    // Sends `commands` in one write and reads one reply per command, all
-    // within the op timeout (extended for large transfers, see
-    // k_min_bytes_per_second). An error reply is a reply, not an error. When
-    // `abort` becomes true the exchange stops within about 50 ms. After any
-    // error the connection is unusable.
+    // Sends `commands` in one write and reads one reply per command, all by
+    // `deadline` (extended for large transfers, see k_min_bytes_per_second).
+    // An error reply is a reply, not an error. When `abort` becomes true the
+    // exchange stops within about 50 ms. After any error the connection is
+    // unusable.
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
-    exchange(std::span<const RedisCommand> commands, const std::atomic<bool>* abort = nullptr);
+    exchange(std::span<const RedisCommand> commands, SteadyClock::time_point deadline,
+             const std::atomic<bool>* abort = nullptr);
 
+    // One command, by now + the op timeout.
     tl::expected<RedisReplyPtr, RedisError> command(const RedisCommand& command,
                                                     const std::atomic<bool>* abort = nullptr);
+
+    // How long opening the connection took (connect, without the setup).
+    Milliseconds connect_time() const { return m_connect_time; }
 
     bool usable() const { return m_usable; }
 
@@ -148,6 +157,8 @@ private:
     std::unique_ptr<redisReader, ReaderDeleter> m_reader;
     std::vector<char> m_buffer;
     Milliseconds m_op_timeout;
+    Milliseconds m_connect_time{0};
+    Milliseconds m_budget{0}; // of the exchange in progress, for messages
     int m_fd = -1;
     bool m_usable = true;
 };

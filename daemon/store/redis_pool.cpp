@@ -18,7 +18,7 @@ RedisPool::RedisPool(RedisEndpoint endpoint, unsigned size)
     : m_endpoint(std::move(endpoint))
     , m_size(std::max(1U, size)) {}
 
-tl::expected<RedisPool::Lease, RedisError> RedisPool::acquire(SteadyClock::time_point wait_deadline,
+tl::expected<RedisPool::Lease, RedisError> RedisPool::acquire(SteadyClock::time_point deadline,
                                                               const std::atomic<bool>* abort) {
     {
         std::unique_lock lock(m_mutex);
@@ -33,7 +33,7 @@ tl::expected<RedisPool::Lease, RedisError> RedisPool::acquire(SteadyClock::time_
                 ++m_open;
                 break;
             }
-            if (m_returned.wait_until(lock, wait_deadline) == std::cv_status::timeout &&
+            if (m_returned.wait_until(lock, deadline) == std::cv_status::timeout &&
                 m_idle.empty() && m_open >= m_size) {
                 return tl::make_unexpected(
                     RedisError{RedisErrorKind::exhausted,
@@ -42,7 +42,7 @@ tl::expected<RedisPool::Lease, RedisError> RedisPool::acquire(SteadyClock::time_
         }
     }
     // Connect outside the lock; the slot is reserved.
-    auto opened = RedisConnection::open(m_endpoint, abort);
+    auto opened = RedisConnection::open(m_endpoint, deadline, abort);
     if (!opened) {
         {
             std::lock_guard lock(m_mutex);

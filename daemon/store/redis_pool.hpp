@@ -44,9 +44,10 @@ public:
     RedisPool& operator=(const RedisPool&) = delete;
 
     // An idle connection, or a new one when fewer than `size` are open; else
-    // waits for one to be returned until `wait_deadline` (`exhausted`). A new
-    // connection takes up to the endpoint's connect timeout on top of that.
-    tl::expected<Lease, RedisError> acquire(SteadyClock::time_point wait_deadline,
+    // waits for one to be returned until `deadline` (`exhausted`). A new
+    // connection's connect takes up to the endpoint's connect timeout on top
+    // of `deadline`; its setup must be done by `deadline` plus that time.
+    tl::expected<Lease, RedisError> acquire(SteadyClock::time_point deadline,
                                             const std::atomic<bool>* abort = nullptr);
 
     // Closes every idle connection: after a connection broke, the others

@@ -134,14 +134,21 @@ void RedisTier::on_failure(const RedisError& error, Admission admission) {
 tl::expected<std::vector<RedisReplyPtr>, RedisError>
 RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
                    const std::atomic<bool>* abort) {
+    // One deadline for waiting on the pool and the exchange; the time spent
+    // connecting (bounded by the connect timeout) comes on top of it.
+    const auto deadline = SteadyClock::now() + m_options.endpoint.op_timeout;
+    Milliseconds connecting{0};
     std::optional<RedisError> error;
     for (int attempt = 0; attempt < 2; ++attempt) {
-        auto lease = m_pool.acquire(SteadyClock::now() + m_options.endpoint.op_timeout, abort);
+        auto lease = m_pool.acquire(deadline + connecting, abort);
         if (!lease) {
             error = std::move(lease.error());
             break;
         }
-        auto replies = (*lease)->exchange(commands, abort);
+        if (!lease->reused()) {
+            connecting += (*lease)->connect_time();
+        }
+        auto replies = (*lease)->exchange(commands, deadline + connecting, abort);
         if (replies) {
             m_breaker.success(admission);
             on_success();
@@ -149,7 +156,7 @@ RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
         }
         error = std::move(replies.error());
         // A pooled connection that broke at once was stale (Redis restarted,
-        // or closed it): one more try on a fresh one, within the same call.
+        // or closed it): one more try on a fresh one, within the same deadline.
         if (!(attempt == 0 && lease->reused() && error->kind == RedisErrorKind::io)) {
             break;
         }

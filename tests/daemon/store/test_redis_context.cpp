@@ -54,7 +54,7 @@ TEST_CASE("redis connection round trips values of every size", "[store][redis]")
         REQUIRE(connection->command({{"SET", "big", big}}));
         const std::vector<RedisCommand> commands = {
             {{"GET", "big"}}, {{"GET", "missing"}}, {{"INCR", "n"}}, {{"GET", "big"}}};
-        auto replies = connection->exchange(commands);
+        auto replies = connection->exchange(commands, SteadyClock::now() + 1s);
         REQUIRE(replies);
         REQUIRE(replies->size() == 4);
         CHECK((*replies)[0]->text() == big);

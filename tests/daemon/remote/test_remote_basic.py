@@ -1,0 +1,241 @@
+"""The remote tier against a real redis-server: read-through with local
+backfill, interop with plain PyTorch's redis-py traffic (Inductor's exact keys
+and JSON values), TTLs, read-only mode, per-namespace switches, AUTH (password
+and ACL user), SELECT, and loopback TCP."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis as redis_py
+from pt2harness import RedisServer, wait_for
+from remote_helpers import (MISS, OK, Native, command_calls, fx_key, inductor_key,
+                            inductor_value, redis_args, redis_client, redis_env, remote_stats,
+                            wait_remote_state)
+
+
+def test_remote_hit_is_backfilled_and_then_served_locally(remote_daemon, redis_server):
+    r = redis_client(redis_server)
+    redis_key, inner = fx_key("backfill")
+    value = inductor_value(20_000)
+    r.set(redis_key, value)  # another machine's plain PyTorch wrote it
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    gets_before = command_calls(r, "get")
+
+    client = Native(d.socket)
+    assert client.get("fx-graph", inner) == (OK, value)
+    assert command_calls(r, "get") == gets_before + 1
+    # The second get never reaches Redis: memory (then disk) serve it.
+    assert client.get("fx-graph", inner) == (OK, value)
+    assert command_calls(r, "get") == gets_before + 1
+    stats = d.stats()
+    assert stats["remote"]["hits"] == 1
+    assert stats["remote"]["backfills"] == 1
+    fx = stats["namespaces"]["fx-graph"]
+    assert fx["remote"]["hits"] == 1 and fx["memory"]["hits"] == 1
+    # Backfilled to disk too: a restarted daemon serves it with Redis emptied.
+    client.close()
+    r.flushall()
+    d.restart()
+    assert Native(d.socket).get("fx-graph", inner) == (OK, value)
+    assert command_calls(r, "get") == gets_before + 1  # a disk hit: Redis not asked
+    assert d.stats()["namespaces"]["fx-graph"]["disk"]["hits"] == 1
+
+
+def test_a_remote_miss_is_a_miss(remote_daemon, redis_server):
+    d = remote_daemon()
+    _, inner = fx_key("nothing")
+    assert Native(d.socket).get("fx-graph", inner) == (MISS, b"")
+    assert remote_stats(d)["misses"] == 1
+
+
+def test_plain_pytorch_reads_what_pt2cached_writes(remote_daemon, redis_server, tmp_root):
+    """Inductor's key and value format, both ways, with redis-py 8 on each side:
+    one process talks to pt2cached (RESP front door), another to Redis."""
+    d = remote_daemon("FX_GRAPH", "AUTOGRAD")
+    via_daemon = redis_py.Redis(unix_socket_path=str(d.socket))
+    direct = redis_client(redis_server)
+    redis_key, inner = fx_key("interop-1")
+    value = inductor_value(100_000, time_taken_ms=77)
+    assert via_daemon.set(redis_key, value)
+    wait_for(lambda: direct.get(redis_key) is not None, what="the write-behind SET")
+    assert direct.get(redis_key) == value  # byte for byte: no header, no compression
+    decoded = json.loads(direct.get(redis_key))
+    assert set(decoded) == {"data", "time_taken_ms"} and decoded["time_taken_ms"] == 77
+    # Native puts use the same key.
+    aot_key, aot_inner = inductor_key("autograd-experimental", "a", "interop-2")
+    assert Native(d.socket).put("aot-autograd", aot_inner, b'{"data": "AA=="}') == OK
+    wait_for(lambda: direct.get(aot_key) == b'{"data": "AA=="}', what="the AOT entry in Redis")
+    assert set(direct.keys("*")) == {redis_key.encode(), aot_key.encode()}
+
+
+def test_pt2cached_reads_what_plain_pytorch_writes(remote_daemon, redis_server):
+    d = remote_daemon()
+    direct = redis_client(redis_server)
+    via_daemon = redis_py.Redis(unix_socket_path=str(d.socket))
+    redis_key, inner = fx_key("interop-3")
+    value = inductor_value(50_000)
+    direct.set(redis_key, value)
+    # Inductor through pt2cached: the same key, the same bytes.
+    assert via_daemon.get(redis_key) == value
+    assert d.cli("get", "fx-graph", inner).stdout == value
+
+
+def test_ttl_from_torchinductor_redis_expire(remote_daemon, redis_server):
+    d = remote_daemon(env={"TORCHINDUCTOR_REDIS_EXPIRE": "600"})
+    direct = redis_client(redis_server)
+    redis_key, inner = fx_key("ttl")
+    assert Native(d.socket).put("fx-graph", inner, b"{}") == OK
+    wait_for(lambda: direct.exists(redis_key), what="the SET")
+    assert 0 < direct.ttl(redis_key) <= 600
+    assert command_calls(direct, "set") >= 1
+    # Without the setting, no TTL (as plain PyTorch).
+    d2 = remote_daemon(sub="nottl")
+    redis_key2, inner2 = fx_key("no-ttl")
+    assert Native(d2.socket).put("fx-graph", inner2, b"{}") == OK
+    wait_for(lambda: direct.exists(redis_key2), what="the SET")
+    assert direct.ttl(redis_key2) == -1
+
+
+def test_read_only_mode_writes_nothing(remote_daemon, redis_server):
+    d = remote_daemon(read_only="true")
+    direct = redis_client(redis_server)
+    present, present_inner = fx_key("ro-present")
+    direct.set(present, b"shared")
+    client = Native(d.socket)
+    for i in range(20):
+        assert client.put("fx-graph", fx_key(f"ro-{i}")[1], b"local only") == OK
+    assert client.put("redis", "plain-key", b"local only") == OK
+    assert client.get("fx-graph", present_inner) == (OK, b"shared")  # reads still work
+    assert client.get("fx-graph", fx_key("ro-3")[1]) == (OK, b"local only")
+    time.sleep(0.5)
+    assert direct.dbsize() == 1
+    assert command_calls(direct, "set") == 1  # ours, above
+    assert remote_stats(d)["queued"] == 0
+
+
+def test_namespace_switches(make_daemon, redis_server):
+    """Only the switched-on namespaces go remote; autotune's local
+    `<hash>.best_config` entries have no Redis form and never leave."""
+    d = make_daemon(*redis_args(), env=redis_env(redis_server, "AUTOTUNE"))
+    direct = redis_client(redis_server)
+    client = Native(d.socket)
+    kernel = "ab" * 32 + "::" + "cd" * 32
+    assert client.put("autotune", kernel, b'{"XBLOCK": 64}') == OK
+    assert client.put("autotune", "0123abcd.best_config", b"{}") == OK
+    assert client.put("fx-graph", fx_key("switch")[1], b"{}") == OK
+    wait_for(lambda: direct.dbsize() >= 1, what="the autotune SET")
+    time.sleep(0.3)
+    assert direct.keys("*") == [f"pt2:{kernel}:c1".encode()]
+
+
+def test_autograd_remote_needs_fx_graph_remote(make_daemon, redis_server):
+    d = make_daemon(*redis_args(), env=redis_env(redis_server, "AUTOGRAD"))
+    assert "remote AOTAutograd entries need remote FX graph entries" in d.log()
+    # That was the only switch: no remote tier at all.
+    assert d.stats()["tiers"]["remote"] is None
+    assert d.stats()["remote"]["state"] == "disabled"
+
+
+@pytest.mark.parametrize("form", ["url", "settings"])
+def test_auth_with_password(make_daemon, tmp_root, form):
+    (tmp_root / "auth").mkdir(mode=0o700)
+    r = RedisServer(tmp_root / "auth", "--requirepass", "pw with space").start()
+    try:
+        if form == "url":
+            env = {"TORCHINDUCTOR_REDIS_URL": f"unix://:pw%20with%20space@{r.socket}",
+                   "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+            args = redis_args()
+        else:
+            env = {"TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+            args = redis_args(unix_socket=str(r.socket)) + ["--set",
+                                                             "remote.password=pw with space"]
+        d = make_daemon(*args, env=env)
+        wait_remote_state(d, "connected")
+        direct = redis_py.Redis(unix_socket_path=str(r.socket), password="pw with space")
+        redis_key, inner = fx_key("auth")
+        assert Native(d.socket).put("fx-graph", inner, b"v") == OK
+        wait_for(lambda: direct.get(redis_key) == b"v", what="the authenticated SET")
+        assert "pw with space" not in d.cli("stats", "--json").stdout.decode()
+    finally:
+        r.stop()
+
+
+def test_wrong_password_suspends_and_serves_locally(make_daemon, tmp_root):
+    (tmp_root / "auth").mkdir(mode=0o700)
+    r = RedisServer(tmp_root / "auth", "--requirepass", "right").start()
+    try:
+        env = {"TORCHINDUCTOR_REDIS_URL": f"unix://:wrong@{r.socket}",
+               "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+        d = make_daemon(*redis_args(), env=env)
+        wait_remote_state(d, "suspended until ")
+        client = Native(d.socket)
+        assert client.put("fx-graph", "fk", b"v") == OK
+        assert client.get("fx-graph", "fk") == (OK, b"v")
+        assert "AUTH refused" in d.log()
+    finally:
+        r.stop()
+
+
+def test_auth_with_acl_user_and_select(make_daemon, redis_server):
+    direct = redis_client(redis_server)
+    direct.execute_command("ACL", "SETUSER", "cache", "on", ">pw", "~pt2:*", "+get", "+set",
+                           "+del", "+ping", "+select")
+    env = {"TORCHINDUCTOR_REDIS_URL": f"unix://cache:pw@{redis_server.socket}?db=2",
+           "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(), env=env)
+    wait_remote_state(d, "connected")
+    redis_key, inner = fx_key("acl")
+    client = Native(d.socket)
+    assert client.put("fx-graph", inner, b"acl value") == OK
+    db2 = redis_client(redis_server, db=2)
+    wait_for(lambda: db2.get(redis_key) == b"acl value", what="the SET as user cache in db 2")
+    assert direct.get(redis_key) is None  # not in db 0
+    other_key, other_inner = fx_key("acl-2")
+    db2.set(other_key, b"from db 2")
+    assert client.get("fx-graph", other_inner) == (OK, b"from db 2")
+    # A key outside the user's pattern is refused by Redis: counted, local put fine.
+    assert client.put("redis", "outside-pattern", b"v") == OK
+    wait_for(lambda: remote_stats(d)["errors"] >= 1, what="the NOPERM error")
+    assert remote_stats(d)["state"] == "connected"  # an error reply is no outage
+
+
+def test_loopback_tcp(make_daemon, redis_tcp):
+    env = {"TORCHINDUCTOR_REDIS_HOST": "127.0.0.1",
+           "TORCHINDUCTOR_REDIS_PORT": str(redis_tcp.port),
+           "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(), env=env)
+    wait_remote_state(d, "connected")
+    assert d.stats()["tiers"]["remote"]["endpoint"] == f"redis://127.0.0.1:{redis_tcp.port}"
+    direct = redis_py.Redis(host="127.0.0.1", port=redis_tcp.port)
+    redis_key, inner = fx_key("tcp")
+    value = inductor_value(300_000)
+    assert Native(d.socket).put("fx-graph", inner, value) == OK
+    wait_for(lambda: direct.get(redis_key) == value, what="the SET over TCP")
+    other_key, other_inner = fx_key("tcp-2")
+    direct.set(other_key, value)
+    assert Native(d.socket).get("fx-graph", other_inner) == (OK, value)
+
+
+def test_stats_show_remote_state_and_counters(remote_daemon, redis_server):
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    stats = d.stats()
+    for counter in ("hits", "misses", "errors", "timeouts", "suspensions", "queue_drops",
+                    "backfills", "oversize_skips", "skipped", "coalesced", "queued", "written",
+                    "shutdown_drops"):
+        assert stats["remote"][counter] == 0, counter
+    tier = stats["tiers"]["remote"]
+    assert tier["state"] == "connected"
+    assert tier["endpoint"] == f"unix://{redis_server.socket}"
+    assert tier["namespaces"] == ["fx-graph", "redis"]
+
+
+def test_remote_disabled_by_default(make_daemon):
+    d = make_daemon()
+    stats = d.stats()
+    assert stats["remote"]["state"] == "disabled"
+    assert stats["tiers"]["remote"] is None

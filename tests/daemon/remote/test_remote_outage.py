@@ -1,0 +1,165 @@
+"""Outage tolerance: Redis down at startup, killed mid-load and restarted,
+frozen with SIGSTOP; the write-behind queue overflowing and flushed at
+shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from pt2harness import wait_for
+from remote_helpers import (MISS, OK, Load, Native, fx_key, redis_client, remote_stats,
+                            wait_remote_state)
+
+OP_MS = 300
+CONNECT_MS = 200
+
+
+def test_daemon_starts_and_serves_with_redis_down(remote_daemon, redis_server):
+    redis_server.stop()
+    d = remote_daemon()
+    client = Native(d.socket)
+    _, inner = fx_key("down-at-start")
+    assert client.put("fx-graph", inner, b"local") == OK
+    assert client.get("fx-graph", inner) == (OK, b"local")
+    assert client.get("fx-graph", fx_key("nothing")[1]) == (MISS, b"")
+    wait_remote_state(d, "suspended until ")
+    assert remote_stats(d)["suspensions"] >= 1
+    # Requests while suspended are answered locally, at once.
+    started = time.monotonic()
+    for i in range(50):
+        assert client.get("fx-graph", fx_key(f"miss-{i}")[1])[0] == MISS
+    assert time.monotonic() - started < OP_MS / 1000
+    assert remote_stats(d)["skipped"] > 0
+    # Redis comes up: the tier resumes by itself; the queued put arrives.
+    redis_server.start()
+    wait_remote_state(d, "connected")
+    direct = redis_client(redis_server)
+    wait_for(lambda: direct.get(fx_key("down-at-start")[0]) == b"local",
+             what="the put queued during the outage")
+
+
+def test_redis_killed_mid_load_then_restarted(remote_daemon, redis_server):
+    direct = redis_client(redis_server)
+    shared = [fx_key(f"shared-{i}") for i in range(200)]
+    for redis_key, _ in shared:
+        direct.set(redis_key, b"x" * 2000)
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    local = Native(d.socket)
+    for i in range(20):
+        assert local.put("fx-graph", fx_key(f"local-{i}")[1], b"l") == OK
+
+    def keys_for(thread, i):
+        choice = i % 3
+        if choice == 0:
+            return "fx-graph", fx_key(f"local-{i % 20}")[1]   # local hit
+        if choice == 1:
+            return "fx-graph", shared[(thread * 31 + i) % len(shared)][1]  # remote, then local
+        return "fx-graph", fx_key(f"miss-{thread}-{i}")[1]  # goes to Redis every time
+
+    with Load(d.socket, keys_for, threads=8) as load:
+        time.sleep(1.0)
+        redis_server.proc.send_signal(signal.SIGKILL)
+        redis_server.proc.wait()
+        time.sleep(2.0)
+        during = remote_stats(d)
+        redis_server.start()
+        time.sleep(1.0)
+    outcomes = load.outcomes()
+    assert outcomes <= {OK, MISS}, outcomes  # answers, never errors
+    assert len(load.results) > 1000
+    p99 = load.percentile(0.99)
+    assert p99 < OP_MS / 1000, f"p99 {p99 * 1000:.1f} ms"
+    assert max(load.latencies()) < (OP_MS + CONNECT_MS) / 1000 + 0.2
+    assert during["state"].startswith(("suspended until ", "connecting"))
+    assert during["suspensions"] >= 1
+    # Back by itself: connected again, and new puts reach Redis.
+    wait_remote_state(d, "connected")
+    direct = redis_client(redis_server)
+    redis_key, inner = fx_key("after-restart")
+    assert local.put("fx-graph", inner, b"new") == OK
+    wait_for(lambda: direct.get(redis_key) == b"new", what="a put after the restart")
+
+
+def test_redis_frozen_times_out_instead_of_hanging(remote_daemon, redis_server):
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    for i in range(5):
+        assert client.put("fx-graph", fx_key(f"pre-{i}")[1], b"v") == OK
+
+    def keys_for(thread, i):
+        return "fx-graph", fx_key(f"frozen-{thread}-{i}")[1]
+
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    try:
+        with Load(d.socket, keys_for, threads=8) as load:
+            time.sleep(3.0)
+        stats = remote_stats(d)
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    assert load.outcomes() == {MISS}
+    # No request waited longer than the remote deadlines allow.
+    assert max(load.latencies()) < (OP_MS + CONNECT_MS) / 1000 + 0.2
+    assert load.percentile(0.99) <= (OP_MS + CONNECT_MS) / 1000 + 0.05
+    assert stats["timeouts"] >= 1
+    assert stats["suspensions"] >= 1
+    assert stats["skipped"] > 0
+    wait_remote_state(d, "connected")
+    assert client.get("fx-graph", fx_key("pre-1")[1]) == (OK, b"v")
+
+
+def test_write_behind_overflow_is_counted(remote_daemon, redis_server):
+    # A 3 MiB queue, Redis frozen so nothing drains: 1 MiB values overflow it.
+    d = remote_daemon(
+                      write_behind_queue_bytes="3MiB")
+    wait_remote_state(d, "connected")
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    try:
+        client = Native(d.socket)
+        value = b"v" * (1 << 20)
+        for i in range(12):
+            assert client.put("fx-graph", fx_key(f"big-{i}")[1], value) == OK
+        stats = remote_stats(d)
+        assert stats["queue_drops"] >= 6
+        assert stats["queue_bytes"] <= 3 << 20
+        assert d.stats()["tiers"]["remote"]["bytes"] <= 3 << 20
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    # Locally, every value is there.
+    assert client.get("fx-graph", fx_key("big-0")[1]) == (OK, value)
+
+
+def test_shutdown_flushes_the_queue(remote_daemon, redis_server):
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    keys = [fx_key(f"flush-{i}") for i in range(300)]
+    value = b"w" * 20_000
+    for _, inner in keys:
+        assert client.put("fx-graph", inner, value) == OK
+    client.close()
+    assert d.stop(signal.SIGTERM) == 0  # right after the puts
+    direct = redis_client(redis_server)
+    assert direct.dbsize() == len(keys)
+    assert all(direct.get(redis_key) == value for redis_key, _ in keys[::37])
+
+
+def test_shutdown_is_bounded_when_redis_is_frozen(remote_daemon, redis_server):
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(50):
+            assert client.put("fx-graph", fx_key(f"stuck-{i}")[1], b"v" * 1000) == OK
+        client.close()
+        started = time.monotonic()
+        assert d.stop(signal.SIGTERM) == 0
+        took = time.monotonic() - started
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    assert took < 7.0  # the 5 s flush deadline, then the rest is dropped
+    assert "queued writes not sent to Redis" in d.log()
