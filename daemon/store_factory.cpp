@@ -51,6 +51,22 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
     if (!config.remote_enabled) {
         return nullptr;
     }
+    // TORCHINDUCTOR_REDIS_URL is read by PyTorch and by pt2cached alike: a
+    // daemon started from a shell where it points at this daemon would be its
+    // own remote tier (every write looping back, every miss waiting).
+    if (!config.redis_unix_socket.empty()) {
+        std::error_code ec;
+        const auto own = std::filesystem::weakly_canonical(config.socket_path, ec);
+        const auto remote = std::filesystem::weakly_canonical(config.redis_unix_socket, ec);
+        if (!ec && own == remote) {
+            logger("daemon").error(
+                "remote tier off: its Redis socket {} is this daemon's own socket (is "
+                "TORCHINDUCTOR_REDIS_URL, meant for PyTorch, set where pt2cached was started? "
+                "see docs/remote.md)",
+                config.redis_unix_socket);
+            return nullptr;
+        }
+    }
     store::RedisTierOptions options;
     auto& endpoint = options.endpoint;
     endpoint.unix_socket = config.redis_unix_socket;
@@ -96,6 +112,11 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.max_size = config.disk_max_size;
         options.compress_threshold = config.compress_threshold;
         options.compress_level = config.compress_level;
+        if (config.disk_write_mode == "async") {
+            options.write_mode = store::DiskWriteMode::async;
+            logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
+                                  options.write_queue_bytes, options.writer_threads);
+        }
         disk = std::make_unique<store::DiskTier>(root, options, stats);
     }
     return std::make_unique<store::Store>(stats, store_policy(config), std::move(memory),

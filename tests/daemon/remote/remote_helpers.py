@@ -13,7 +13,7 @@ import struct
 import threading
 import time
 
-from pt2harness import OP, STATUS, RawConnection, frame, key_body, wait_for
+from pt2harness import HEADER, MAGIC, OP, STATUS, RawConnection, frame, key_body, wait_for
 
 OK = STATUS["ok"]
 MISS = STATUS["miss"]
@@ -92,9 +92,24 @@ class Native:
         key = key.encode() if isinstance(key, str) else key
         self.rid += 1
         self.conn.send(frame(OP["get"], key_body(ns, key), rid=self.rid))
-        op, status, rid, body = self.conn.reply()
+        op, status, rid, body = self.reply()
         assert (op, rid) == (OP["get"], self.rid)
         return status, body
+
+    def reply(self) -> tuple[int, int, int, bytes]:
+        """Like RawConnection.reply, reading large bodies without copies (the
+        benchmark times multi-MiB values)."""
+        magic, op, status, rid, length = HEADER.unpack(self.conn.recv_exact(HEADER.size))
+        assert magic == MAGIC, magic
+        body = bytearray(length)
+        view = memoryview(body)
+        got = 0
+        while got < length:
+            n = self.conn.sock.recv_into(view[got:], length - got)
+            if n == 0:
+                raise EOFError(f"connection closed after {got} of {length} bytes")
+            got += n
+        return op, status, rid, bytes(body)
 
     def put(self, ns: str, key: str | bytes, value: bytes, ttl_ms: int = 0) -> int:
         key = key.encode() if isinstance(key, str) else key

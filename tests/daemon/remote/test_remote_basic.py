@@ -239,3 +239,16 @@ def test_remote_disabled_by_default(make_daemon):
     stats = d.stats()
     assert stats["remote"]["state"] == "disabled"
     assert stats["tiers"]["remote"] is None
+
+
+def test_own_socket_as_redis_is_refused(make_daemon, tmp_root):
+    """TORCHINDUCTOR_REDIS_URL meant for PyTorch (pointing at pt2cached) must not
+    make the daemon its own remote tier."""
+    env = {"TORCHINDUCTOR_REDIS_URL": f"unix://{tmp_root / 's'}",
+           "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(), env=env)
+    assert "this daemon's own socket" in d.log()
+    assert d.stats()["remote"]["state"] == "disabled"
+    client = Native(d.socket)
+    assert client.put("fx-graph", "fk", b"v") == OK
+    assert client.get("fx-graph", "fk") == (OK, b"v")
