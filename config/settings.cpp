@@ -19,6 +19,8 @@ constexpr std::uint64_t k_max_unsigned = std::numeric_limits<unsigned>::max();
 constexpr std::uint64_t k_max_value_size = (4ull << 30) - 1;
 constexpr std::uint64_t k_max_db = std::numeric_limits<std::int32_t>::max();
 
+constexpr std::array<std::string_view, 2> k_write_modes = {"sync", "async"};
+
 constexpr std::array<std::string_view, 7> k_sections = {"daemon", "memory", "disk",  "caches",
                                                         "remote", "resp",   "bundle"};
 
@@ -45,6 +47,8 @@ constexpr std::array k_settings = {
             .field = &Config::compress_threshold},
     Setting{.key = "disk.compress_level", .kind = Kind::integer, .field = &Config::compress_level,
             .min = 1, .max = 19},
+    Setting{.key = "disk.write_mode", .kind = Kind::choice, .field = &Config::disk_write_mode,
+            .choices = k_write_modes},
     // [caches]
     Setting{.key = "caches.fx_graph_cache", .kind = Kind::boolean, .field = &Config::fx_graph_cache,
             .env = "TORCHINDUCTOR_FX_GRAPH_CACHE", .seed = true},
@@ -125,6 +129,22 @@ std::string describe_size_range(std::uint64_t min, std::uint64_t max) {
     return fmt::format("expected a size from {} to {} bytes", min, max);
 }
 
+tl::expected<Value, std::string> parse_choice(const Setting& setting, std::string_view text) {
+    std::string word(text);
+    std::transform(word.begin(), word.end(), word.begin(), [](char c) {
+        return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    });
+    if (std::find(setting.choices.begin(), setting.choices.end(), word) != setting.choices.end()) {
+        return Value(std::move(word));
+    }
+    std::string accepted;
+    for (const auto choice : setting.choices) {
+        accepted += accepted.empty() ? "" : ", ";
+        accepted += choice;
+    }
+    return tl::make_unexpected(fmt::format("expected one of {}; got {}", accepted, quote(text)));
+}
+
 } // namespace
 
 std::span<const Setting> settings() {
@@ -196,6 +216,7 @@ tl::expected<Value, std::string> parse_text(const Setting& setting, std::string_
     case Kind::nonempty:
     case Kind::log_level:
     case Kind::redis_url:
+    case Kind::choice:
         return check_value(setting, std::string(text), quote(text));
     }
     return tl::make_unexpected("unknown setting kind");
@@ -236,6 +257,8 @@ tl::expected<Value, std::string> check_value(const Setting& setting, Value value
         }
         return value;
     }
+    case Kind::choice:
+        return parse_choice(setting, std::get<std::string>(value));
     case Kind::string:
     case Kind::boolean:
         return value;

@@ -26,6 +26,7 @@ enum class Kind {
     size,      // an integer number of bytes or a string for parse_size, in [min, max]
     log_level, // one of log_level_names()
     redis_url, // empty, or a URL for parse_redis_url(); sets the other remote.* fields
+    choice,    // one of `Setting::choices`, any case; stored in lower case
 };
 
 // Settings are applied in this order within one layer, so that a URL wins
@@ -51,6 +52,8 @@ struct Setting {
     // Printed as "***" by render().
     bool secret = false;
     Phase phase = Phase::normal;
+    // The accepted words of a Kind::choice setting, in lower case.
+    std::span<const std::string_view> choices = {};
 };
 
 // A value parsed for a setting, before it is stored into Config.

@@ -214,6 +214,7 @@ void Server::reload() {
         {fresh.disk_max_size != old.disk_max_size, "disk.max_size"},
         {fresh.compress_threshold != old.compress_threshold, "disk.compress_threshold"},
         {fresh.compress_level != old.compress_level, "disk.compress_level"},
+        {fresh.disk_write_mode != old.disk_write_mode, "disk.write_mode"},
         {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
         {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
         {fresh.resp_password != old.resp_password, "resp.password"},

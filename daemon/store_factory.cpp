@@ -117,6 +117,11 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
             logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
                                   options.write_queue_bytes, options.writer_threads);
         }
+        if (config.disk_write_mode == "async") {
+            options.write_mode = store::DiskWriteMode::async;
+            logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
+                                  options.write_queue_bytes, options.writer_threads);
+        }
         disk = std::make_unique<store::DiskTier>(root, options, stats);
     }
     return std::make_unique<store::Store>(stats, store_policy(config), std::move(memory),

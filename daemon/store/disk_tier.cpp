@@ -48,9 +48,16 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
     }
     m_scan_thread = std::thread([this] { scan(); });
     m_evict_thread = std::thread([this] { evict_loop(); });
+    if (m_options.write_mode == DiskWriteMode::async) {
+        m_writer = std::make_unique<DiskWriteQueue>(
+            m_options.write_queue_bytes, m_options.writer_threads,
+            [this](const PendingWrite& write) { write_queued(write); });
+    }
 }
 
 DiskTier::~DiskTier() {
+    // Queued writes go first: they need the index and may wake the evictor.
+    m_writer.reset();
     {
         std::lock_guard lock(m_mutex);
         m_stop = true;
@@ -68,6 +75,26 @@ DiskTier::~DiskTier() {
 void DiskTier::wait_for_scan() {
     std::unique_lock lock(m_mutex);
     m_wake.wait(lock, [this] { return m_stop || scan_complete(); });
+}
+
+void DiskTier::wait_for_writes() {
+    if (m_writer) {
+        m_writer->flush();
+    }
+}
+
+void DiskTier::pause_writes(bool paused) {
+    if (m_writer) {
+        m_writer->set_paused(paused);
+    }
+}
+
+std::size_t DiskTier::queued_writes() const {
+    return m_writer ? m_writer->size() : 0;
+}
+
+std::uint64_t DiskTier::queued_bytes() const {
+    return m_writer ? m_writer->bytes() : 0;
 }
 
 void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id,
@@ -89,6 +116,14 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::get(std::string_view ns
         return std::nullopt;
     }
     const Hash128 id = entry_hash(ns, key);
+    if (m_writer) {
+        if (const auto queued = m_writer->find(id)) {
+            if (queued->ns != ns || queued->key != key || queued->entry.expired(now_ms())) {
+                return std::nullopt;
+            }
+            return queued->entry;
+        }
+    }
     const std::string hex = id.hex();
     const std::string path = m_layout.entry_path(ns, hex);
     auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
@@ -152,7 +187,13 @@ tl::expected<bool, StoreError> DiskTier::exists(std::string_view ns, std::string
     if (!enabled() || key.size() > k_entry_max_key_size) {
         return false;
     }
-    const std::string path = m_layout.entry_path(ns, entry_hash(ns, key).hex());
+    const Hash128 id = entry_hash(ns, key);
+    if (m_writer) {
+        if (const auto queued = m_writer->find(id)) {
+            return queued->ns == ns && queued->key == key && !queued->entry.expired(now_ms());
+        }
+    }
+    const std::string path = m_layout.entry_path(ns, id.hex());
     auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
     if (!fd) {
         if (fd.error() == ENOENT || fd.error() == ENOTDIR || fd.error() == ELOOP) {
@@ -202,10 +243,25 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
         return {};
     }
     const Hash128 id = entry_hash(ns, key);
-    const std::string hex = id.hex();
+    if (m_writer) {
+        auto write = std::make_shared<PendingWrite>();
+        write->ns = ns;
+        write->key = key;
+        write->id = id;
+        write->entry = entry;
+        write->encoded = encode_parts(ns, key, write->entry, m_options.compress_threshold,
+                                      m_options.compress_level);
+        m_writer->push(std::move(write));
+        return {};
+    }
     const EncodedEntry encoded =
         encode_parts(ns, key, entry, m_options.compress_threshold, m_options.compress_level);
+    return write_entry(ns, id, id.hex(), encoded);
+}
 
+tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const Hash128& id,
+                                                     const std::string& hex,
+                                                     const EncodedEntry& encoded) {
     const std::string final_path = m_layout.entry_path(ns, hex);
     const std::string temp_path =
         fmt::format("{}/{}", m_layout.shard_dir(ns, hex),
@@ -247,6 +303,40 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
     return {};
 }
 
+void DiskTier::write_queued(const PendingWrite& write) {
+    const auto written = write_entry(write.ns, write.id, write.id.hex(), write.encoded);
+    if (written) {
+        return;
+    }
+    m_stats.tier(write.ns, TierId::disk).errors.fetch_add(1, std::memory_order_relaxed);
+    // At most one line a second: a full disk fails every write.
+    const UnixMs now = now_ms();
+    UnixMs last = m_write_error_logged_ms.load(std::memory_order_relaxed);
+    if (now - last < 1000 || !m_write_error_logged_ms.compare_exchange_strong(last, now)) {
+        m_write_errors_unlogged.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    const std::uint64_t unlogged = m_write_errors_unlogged.exchange(0, std::memory_order_relaxed);
+    logger().warn("queued disk put {}/{:?} failed: {}{}", write.ns, write.key,
+                  written.error().message,
+                  unlogged == 0 ? std::string()
+                                : fmt::format(" ({} more failed writes not logged)", unlogged));
+}
+
+std::uint64_t DiskTier::cancel_queued(std::string_view ns) {
+    if (!m_writer) {
+        return 0;
+    }
+    std::uint64_t without_file = 0;
+    for (const Hash128& id : m_writer->cancel_namespace(ns)) {
+        struct stat info {};
+        if (::lstat(m_layout.entry_path(ns, id.hex()).c_str(), &info) != 0 && errno == ENOENT) {
+            ++without_file;
+        }
+    }
+    return without_file;
+}
+
 tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string_view key) {
     if (!is_valid_namespace(ns)) {
         return tl::make_unexpected(bad_namespace(ns));
@@ -255,10 +345,12 @@ tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string
         return false;
     }
     const Hash128 id = entry_hash(ns, key);
+    // A queued write is dropped, one in flight finished: the unlink is final.
+    const bool cancelled = m_writer && m_writer->cancel(id);
     const std::string path = m_layout.entry_path(ns, id.hex());
     if (::unlink(path.c_str()) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) {
-            return false;
+            return cancelled;
         }
         return tl::make_unexpected(
             io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno))));

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -17,15 +18,24 @@
 
 #include "daemon/store/disk_index.hpp"
 #include "daemon/store/disk_layout.hpp"
+#include "daemon/store/disk_writer.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
 namespace pt2cache::daemon::store {
 
+enum class DiskWriteMode {
+    sync,  // put() returns once the entry's file is in place
+    async, // put() queues the encoded entry; writer threads write it (disk_writer.hpp)
+};
+
 struct DiskOptions {
     std::uint64_t max_size = 10ULL << 30;    // bytes of entry files; 0 disables the tier
     std::uint64_t compress_threshold = 4096; // values at least this big are compressed
     int compress_level = 1;                  // zstd level
+    DiskWriteMode write_mode = DiskWriteMode::sync;
+    std::uint64_t write_queue_bytes = 64ULL << 20; // async: put() waits while this much is queued
+    unsigned writer_threads = 2;                   // async
 };
 
 // Thread-safe. get/put/remove work on paths directly and are served from the
@@ -34,12 +44,19 @@ struct DiskOptions {
 // recently used ones (last read or write; file mtimes across restarts) until
 // they fit in 90% of it. Broken files are misses, removed and counted in
 // `Stats` as `corrupt`; nothing here throws on bad data.
+//
+// With `DiskWriteMode::async`, put() encodes the entry and hands it to a
+// DiskWriteQueue; get(), exists() and remove() see queued writes, clear()
+// cancels them, list() first waits for the writes queued before it, and the
+// destructor writes everything still queued. A failed queued write is logged
+// and counted as a disk `errors`.
 class DiskTier final : public Tier {
 public:
-    // Starts the scan and eviction threads (unless `options.max_size` is 0).
-    // `stats` must outlive the tier.
+    // Starts the scan and eviction threads, and the writer threads in async
+    // mode (unless `options.max_size` is 0). `stats` must outlive the tier.
     DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats);
-    // Stops and joins both threads; an unfinished scan is abandoned.
+    // Writes what is queued (async mode; see DiskWriteQueue::shutdown), then
+    // stops and joins the threads; an unfinished scan is abandoned.
     ~DiskTier() override;
     DiskTier(const DiskTier&) = delete;
     DiskTier& operator=(const DiskTier&) = delete;
@@ -77,10 +94,28 @@ public:
     // Blocks until the startup scan has finished (for tests and tools).
     void wait_for_scan();
 
+    // Async mode: blocks until the writes queued before the call are done.
+    void wait_for_writes();
+    // Async mode, for tests: while paused, queued writes stay queued.
+    void pause_writes(bool paused);
+    // Async mode: writes queued or in flight, and the bytes they hold.
+    std::size_t queued_writes() const;
+    std::uint64_t queued_bytes() const;
+
 private:
     void scan();
     void evict_loop();
     void wake_evictor_if_needed();
+
+    // Writes an encoded entry to a temp file and renames it into place, then
+    // records it in the index.
+    tl::expected<void, StoreError> write_entry(std::string_view ns, const Hash128& id,
+                                               const std::string& hex, const EncodedEntry& encoded);
+    // The writer threads' write: errors are counted and logged (throttled).
+    void write_queued(const PendingWrite& write);
+    // Async mode: cancels the queued writes of `ns`; how many of them had no
+    // file yet (`clear` counts the files itself).
+    std::uint64_t cancel_queued(std::string_view ns);
 
     // A broken file: counted, logged and removed if `path` is still it.
     void discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id, int fd,
@@ -101,6 +136,11 @@ private:
 
     std::thread m_scan_thread;
     std::thread m_evict_thread;
+
+    // Async mode only; reset first by the destructor.
+    std::unique_ptr<DiskWriteQueue> m_writer;
+    std::atomic<UnixMs> m_write_error_logged_ms{0};
+    std::atomic<std::uint64_t> m_write_errors_unlogged{0};
 };
 
 } // namespace pt2cache::daemon::store

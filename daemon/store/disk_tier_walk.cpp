@@ -125,6 +125,8 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
     if (!enabled()) {
         return page;
     }
+    // Read your writes: the entries queued before this call are listed.
+    wait_for_writes();
     const std::string ns_dir = m_layout.ns_dir(ns);
     const std::string_view first_shard = cursor.substr(0, std::min<std::size_t>(2, cursor.size()));
     std::string last_examined;
@@ -176,7 +178,7 @@ tl::expected<std::uint64_t, StoreError> DiskTier::clear(std::string_view ns) {
         return 0;
     }
     const std::string ns_dir = m_layout.ns_dir(ns);
-    std::uint64_t removed = 0;
+    std::uint64_t removed = cancel_queued(ns);
     for (const std::string& shard : sorted_shards(ns_dir)) {
         const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
         auto files = list_dir(shard_dir);

@@ -2,7 +2,9 @@
 // of this machine: a raw Unix-socket ping-pong (blocking, thread per client)
 // moving the same number of bytes per request and reply.
 //
-//   build/tests/bench/native_bench [--daemon PATH] [--seconds S]
+//   build/tests/bench/native_bench [--daemon PATH] [--seconds S] [--set SECTION.KEY=VALUE]...
+//
+// `--set` is passed on to pt2cached (e.g. --set disk.write_mode=async).
 //
 // Prints, for each workload, ops/s, p50 and p99 (client-observed), plus the
 // daemon's time from exec to ready and its idle RSS.
@@ -222,11 +224,14 @@ int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     std::string daemon = "build/daemon/pt2cached";
     double seconds = 2.0;
+    std::vector<std::string> settings;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (std::string(argv[i]) == "--daemon") {
             daemon = argv[i + 1];
         } else if (std::string(argv[i]) == "--seconds") {
             seconds = std::stod(argv[i + 1]);
+        } else if (std::string(argv[i]) == "--set") {
+            settings.emplace_back(argv[i + 1]);
         }
     }
     char tmpl[] = "/tmp/p2b-XXXXXX";
@@ -237,8 +242,16 @@ int main(int argc, char** argv) {
     const auto started = Clock::now();
     const pid_t pid = ::fork();
     if (pid == 0) {
-        ::execl(daemon.c_str(), daemon.c_str(), "--socket", socket.c_str(), "--cache-dir",
-                (root / "cache").c_str(), "--log-level", "warn", nullptr);
+        const std::string cache_dir = root / "cache";
+        std::vector<const char*> args = {daemon.c_str(), "--socket",        socket.c_str(),
+                                         "--cache-dir",  cache_dir.c_str(), "--log-level",
+                                         "warn"};
+        for (const std::string& setting : settings) {
+            args.push_back("--set");
+            args.push_back(setting.c_str());
+        }
+        args.push_back(nullptr);
+        ::execv(daemon.c_str(), const_cast<char* const*>(args.data()));
         std::perror("exec pt2cached");
         _exit(127);
     }

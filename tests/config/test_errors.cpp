@@ -42,10 +42,10 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
         {"disk = 5\n", "disk: expected a table [disk], got 5"},
         {"[disk]\nmaxsize = 1\n",
          "disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level"},
+         "compress_level, write_mode"},
         {"[disk.extra]\nx = 1\n",
          "disk.extra: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level"},
+         "compress_level, write_mode"},
         {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password, tcp_port"},
         // wrong type
         {"[daemon]\nio_threads = \"4\"\n",
@@ -66,6 +66,9 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
          "daemon.idle_exit_s: expected an integer of at least 0, got -1"},
         {"[disk]\ncompress_level = 20\n",
          "disk.compress_level: expected an integer from 1 to 19, got 20"},
+        {"[disk]\nwrite_mode = \"later\"\n",
+         "disk.write_mode: expected one of sync, async; got \"later\""},
+        {"[disk]\nwrite_mode = 1\n", "disk.write_mode: expected a string, got 1"},
         {"[remote]\nport = 70000\n", "remote.port: expected an integer from 1 to 65535, got 70000"},
         {"[remote]\nconnect_timeout_ms = 0\n",
          "remote.connect_timeout_ms: expected an integer from 1 to 60000, got 0"},
@@ -176,7 +179,9 @@ TEST_CASE("flag errors name the key", "[config][errors][flags]") {
     const Row rows[] = {
         {"disk.maxsize", "1",
          "command line: disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, "
-         "compress_threshold, compress_level"},
+         "compress_threshold, compress_level, write_mode"},
+        {"disk.write_mode", "fast",
+         "command line: disk.write_mode: expected one of sync, async; got \"fast\""},
         {"nosection", "1",
          "command line: nosection: unknown setting; expected section.key with a section among "
          "daemon, memory, disk, caches, remote, resp, bundle"},

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/store/disk_writer.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <utility>
+
+#include "daemon/store/log.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+// Creating a file costs CPU time in the kernel (about 0.5 ms on some
+// virtual machines): writers yield the CPU to the threads serving requests.
+// Under a sustained load the queue fills and back-pressure slows puts down.
+constexpr int k_writer_nice = 10;
+
+constexpr std::chrono::seconds k_first_progress_log{2};
+constexpr std::chrono::seconds k_progress_log_interval{5};
+
+} // namespace
+
+DiskWriteQueue::DiskWriteQueue(std::uint64_t capacity_bytes, unsigned threads, WriteFn write)
+    : m_capacity(capacity_bytes)
+    , m_write(std::move(write)) {
+    threads = std::max(threads, 1U);
+    m_threads.reserve(threads);
+    for (unsigned i = 0; i < threads; ++i) {
+        m_threads.emplace_back([this] { run(); });
+    }
+}
+
+DiskWriteQueue::~DiskWriteQueue() {
+    shutdown();
+}
+
+bool DiskWriteQueue::drop_queued_locked(Slot& slot) {
+    if (!slot.queued) {
+        return false;
+    }
+    m_outstanding.erase(slot.queued_seq);
+    m_bytes -= slot.queued->bytes();
+    slot.queued.reset();
+    return true;
+}
+
+bool DiskWriteQueue::idle_before_locked(std::uint64_t seq) const {
+    return m_outstanding.empty() || *m_outstanding.begin() > seq;
+}
+
+void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
+    assert(write);
+    const Hash128 id = write->id;
+    const std::uint64_t size = write->bytes();
+    std::unique_lock lock(m_mutex);
+    m_done.wait(lock, [&] {
+        // A queued write of the same entry is replaced: its bytes make room.
+        const auto it = m_slots.find(id);
+        const std::uint64_t freed =
+            it != m_slots.end() && it->second.queued ? it->second.queued->bytes() : 0;
+        const std::uint64_t others = m_bytes - freed;
+        return others == 0 || others + size <= m_capacity;
+    });
+    Slot& slot = m_slots[id];
+    if (drop_queued_locked(slot)) {
+        ++m_coalesced;
+        m_done.notify_all(); // a flush may have waited for the replaced write
+    } else if (!slot.writing) {
+        m_ready.push_back(id);
+        m_work.notify_one();
+    }
+    // Otherwise the writer of the in-flight write queues `id` again when done.
+    slot.queued = std::move(write);
+    slot.queued_seq = ++m_next_seq;
+    m_outstanding.insert(slot.queued_seq);
+    m_bytes += size;
+}
+
+std::shared_ptr<const PendingWrite> DiskWriteQueue::find(const Hash128& id) const {
+    std::lock_guard lock(m_mutex);
+    const auto it = m_slots.find(id);
+    if (it == m_slots.end()) {
+        return nullptr;
+    }
+    return it->second.queued ? it->second.queued : it->second.writing;
+}
+
+bool DiskWriteQueue::cancel(const Hash128& id) {
+    std::unique_lock lock(m_mutex);
+    const auto it = m_slots.find(id);
+    if (it == m_slots.end()) {
+        return false;
+    }
+    const bool dropped = drop_queued_locked(it->second);
+    const std::shared_ptr<const PendingWrite> in_flight = it->second.writing;
+    if (!in_flight) {
+        m_slots.erase(it);
+    }
+    m_done.notify_all();
+    if (in_flight) {
+        m_done.wait(lock, [&] {
+            const auto now = m_slots.find(id);
+            return now == m_slots.end() || now->second.writing != in_flight;
+        });
+    }
+    return dropped;
+}
+
+std::vector<Hash128> DiskWriteQueue::cancel_namespace(std::string_view ns) {
+    std::vector<Hash128> dropped;
+    std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>> in_flight;
+    std::unique_lock lock(m_mutex);
+    for (auto it = m_slots.begin(); it != m_slots.end();) {
+        Slot& slot = it->second;
+        const PendingWrite& newest = slot.queued ? *slot.queued : *slot.writing;
+        if (newest.ns != ns) {
+            ++it;
+            continue;
+        }
+        if (drop_queued_locked(slot)) {
+            dropped.push_back(it->first);
+        }
+        if (slot.writing) {
+            in_flight.emplace_back(it->first, slot.writing);
+            ++it;
+        } else {
+            it = m_slots.erase(it);
+        }
+    }
+    m_done.notify_all();
+    m_done.wait(lock, [&] {
+        return std::all_of(in_flight.begin(), in_flight.end(), [&](const auto& write) {
+            const auto now = m_slots.find(write.first);
+            return now == m_slots.end() || now->second.writing != write.second;
+        });
+    });
+    return dropped;
+}
+
+bool DiskWriteQueue::flush_until(Clock::time_point deadline) {
+    std::unique_lock lock(m_mutex);
+    const std::uint64_t last = m_next_seq;
+    const auto done = [&] { return idle_before_locked(last); };
+    if (deadline == Clock::time_point::max()) {
+        m_done.wait(lock, done);
+        return true;
+    }
+    return m_done.wait_until(lock, deadline, done);
+}
+
+void DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
+    if (m_threads.empty()) {
+        return;
+    }
+    set_paused(false);
+    const auto started = Clock::now();
+    const auto give_up = started + deadline;
+    auto next_log = started + k_first_progress_log;
+    while (!flush_until(std::min(next_log, give_up))) {
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started);
+        if (Clock::now() >= give_up) {
+            logger().error("gave up after {} s: {} queued disk writes ({} bytes) abandoned",
+                           waited.count(), size(), bytes());
+            break;
+        }
+        logger().info("still writing {} queued disk entries ({} bytes) after {} s", size(), bytes(),
+                      waited.count());
+        next_log += k_progress_log_interval;
+    }
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop = true;
+    }
+    m_work.notify_all();
+    for (auto& thread : m_threads) {
+        thread.join();
+    }
+    m_threads.clear();
+}
+
+void DiskWriteQueue::set_paused(bool paused) {
+    {
+        std::lock_guard lock(m_mutex);
+        m_paused = paused;
+    }
+    m_work.notify_all();
+}
+
+std::uint64_t DiskWriteQueue::bytes() const {
+    std::lock_guard lock(m_mutex);
+    return m_bytes;
+}
+
+std::size_t DiskWriteQueue::size() const {
+    std::lock_guard lock(m_mutex);
+    return m_outstanding.size();
+}
+
+std::uint64_t DiskWriteQueue::coalesced() const {
+    std::lock_guard lock(m_mutex);
+    return m_coalesced;
+}
+
+void DiskWriteQueue::run() {
+    // Linux: the nice value is per thread. Failure only costs fairness.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), k_writer_nice);
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+        m_work.wait(lock, [this] { return m_stop || (!m_paused && !m_ready.empty()); });
+        if (m_stop) {
+            return;
+        }
+        const Hash128 id = m_ready.front();
+        m_ready.pop_front();
+        auto it = m_slots.find(id);
+        // Stale: cancelled, or already taken (one write per entry at a time).
+        if (it == m_slots.end() || !it->second.queued || it->second.writing) {
+            continue;
+        }
+        Slot& slot = it->second;
+        slot.writing = std::move(slot.queued);
+        slot.writing_seq = slot.queued_seq;
+        slot.queued.reset();
+        const std::shared_ptr<const PendingWrite> write = slot.writing;
+
+        lock.unlock();
+        m_write(*write);
+        lock.lock();
+
+        // The slot stays while it has a write in flight; references into an
+        // unordered_map survive other insertions and erasures.
+        m_outstanding.erase(slot.writing_seq);
+        m_bytes -= write->bytes();
+        slot.writing.reset();
+        if (slot.queued) {
+            m_ready.push_back(id);
+        } else {
+            m_slots.erase(id);
+        }
+        m_done.notify_all();
+    }
+}
+
+} // namespace pt2cache::daemon::store

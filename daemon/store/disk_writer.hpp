@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+// The disk tier's write queue for `disk.write_mode = "async"`: `DiskTier::put`
+// encodes an entry and queues it here; writer threads persist it with the
+// tier's own temp-file + rename write.
+//
+// Policy:
+// - bounded in bytes (what a queued write holds: value, head, compressed
+//   payload). A push that does not fit waits for room (back-pressure); nothing
+//   is ever dropped. A write larger than the whole bound is admitted alone;
+// - one write per entry file at a time. A newer write of an entry still
+//   queued replaces it (last write wins, counted in `coalesced`); one of an
+//   entry being written waits behind that write;
+// - `find` sees queued and in-flight writes, the newest first;
+// - `cancel` and `cancel_namespace` drop queued writes and wait for those in
+//   flight, so that an unlink after them is final;
+// - `flush_until` is a barrier: it waits for the writes queued before it.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/tier.hpp"
+#include "daemon/store/xxh3.hpp"
+
+namespace pt2cache::daemon::store {
+
+// One entry waiting to be written.
+struct PendingWrite {
+    std::string ns;
+    std::string key;
+    Hash128 id;           // entry_hash(ns, key): the file name
+    Entry entry;          // what lookups answer while the write waits
+    EncodedEntry encoded; // `payload` views `entry.value` or `encoded.compressed_payload`
+
+    // Bytes held by this write, for the queue's bound.
+    std::uint64_t bytes() const {
+        return key.size() + entry.value.size() + encoded.head.size() +
+               encoded.compressed_payload.size();
+    }
+};
+
+class DiskWriteQueue {
+public:
+    using Clock = std::chrono::steady_clock;
+    // Persists one write; reports its own errors.
+    using WriteFn = std::function<void(const PendingWrite&)>;
+
+    // Starts `threads` (at least 1) writer threads calling `write`.
+    DiskWriteQueue(std::uint64_t capacity_bytes, unsigned threads, WriteFn write);
+    // `shutdown` with the default deadline, unless it already ran.
+    ~DiskWriteQueue();
+    DiskWriteQueue(const DiskWriteQueue&) = delete;
+    DiskWriteQueue& operator=(const DiskWriteQueue&) = delete;
+
+    // Queues `write`, waiting for room first.
+    void push(std::shared_ptr<const PendingWrite> write);
+
+    // The newest queued or in-flight write of `id`, or null.
+    std::shared_ptr<const PendingWrite> find(const Hash128& id) const;
+
+    // Drops the queued write of `id` and waits for one in flight. True when a
+    // queued write was dropped.
+    bool cancel(const Hash128& id);
+
+    // `cancel` for every write of `ns`; the ids whose queued write was dropped.
+    std::vector<Hash128> cancel_namespace(std::string_view ns);
+
+    // Waits until every write queued before the call is done (written, failed,
+    // replaced or cancelled), at most until `deadline`; false when it passed.
+    bool flush_until(Clock::time_point deadline);
+    void flush() { flush_until(Clock::time_point::max()); }
+
+    // Writes everything queued (logging progress every few seconds) for at
+    // most `deadline`, then stops and joins the writer threads; what is still
+    // queued then is logged and abandoned. Resumes a paused queue first.
+    void shutdown(std::chrono::seconds deadline = k_shutdown_deadline);
+
+    // For tests: while paused, the writer threads take no new writes.
+    void set_paused(bool paused);
+
+    std::uint64_t bytes() const;
+    std::size_t size() const;        // queued and in-flight writes
+    std::uint64_t coalesced() const; // writes replaced by a newer one before being written
+    std::uint64_t capacity() const { return m_capacity; }
+
+    static constexpr std::chrono::seconds k_shutdown_deadline{60};
+
+private:
+    struct Slot {
+        std::shared_ptr<const PendingWrite> queued; // waiting, the newest
+        std::uint64_t queued_seq = 0;
+        std::shared_ptr<const PendingWrite> writing; // in flight
+        std::uint64_t writing_seq = 0;
+    };
+    struct HashOf {
+        std::size_t operator()(const Hash128& id) const { return id.low; }
+    };
+    using Slots = std::unordered_map<Hash128, Slot, HashOf>;
+
+    void run();
+    // Drops the queued write of `slot`; true when there was one.
+    bool drop_queued_locked(Slot& slot);
+    bool idle_before_locked(std::uint64_t seq) const;
+
+    const std::uint64_t m_capacity;
+    const WriteFn m_write;
+    mutable std::mutex m_mutex;
+    std::condition_variable m_work; // writers wait for a write
+    std::condition_variable m_done; // pushes, flushes and cancels wait for progress
+    Slots m_slots;
+    std::deque<Hash128> m_ready;           // ids with a queued write (may hold stale ids)
+    std::set<std::uint64_t> m_outstanding; // sequence numbers of queued and in-flight writes
+    std::uint64_t m_next_seq = 0;
+    std::uint64_t m_bytes = 0;
+    std::uint64_t m_coalesced = 0;
+    bool m_paused = false;
+    bool m_stop = false;
+    std::vector<std::thread> m_threads;
+};
+
+} // namespace pt2cache::daemon::store
