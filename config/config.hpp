@@ -64,8 +64,7 @@ struct Config {
     unsigned remote_pool_size = 4;            // 1..64
     std::uint64_t write_behind_queue_bytes = 256ull << 20;
     // [resp] (Redis-protocol front door)
-    std::string resp_password;       // empty: AUTH not required
-    std::uint16_t resp_tcp_port = 0; // 0 = off; when set, listen on 127.0.0.1 only
+    std::string resp_password; // empty: AUTH not required
     // [bundle]
     unsigned bundle_idle_timeout_s = 600;
 };

@@ -109,9 +109,14 @@ tl::expected<void, std::string> parse_query(std::string_view query, RedisUrl& ur
         }
         auto eq = param.find('=');
         std::string_view name = param.substr(0, eq);
-        if (name != "db" || eq == std::string_view::npos) {
-            return tl::make_unexpected(
-                fmt::format("unsupported URL parameter {} (only db=N is accepted)", quote(name)));
+        // redis-py's client-side options (protocol=2, socket_timeout=...,
+        // health_check_interval=...) mean nothing to our pool: ignore them,
+        // so that one TORCHINDUCTOR_REDIS_URL serves PyTorch and pt2cached.
+        if (name != "db") {
+            continue;
+        }
+        if (eq == std::string_view::npos) {
+            return tl::make_unexpected("URL parameter \"db\" needs a value: db=N");
         }
         auto db = parse_db(param.substr(eq + 1));
         if (!db) {

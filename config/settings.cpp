@@ -99,8 +99,6 @@ constexpr std::array k_settings = {
     // [resp]
     Setting{.key = "resp.password", .kind = Kind::string, .field = &Config::resp_password,
             .secret = true},
-    Setting{.key = "resp.tcp_port", .kind = Kind::integer, .field = &Config::resp_tcp_port,
-            .max = 65535},
     // [bundle]
     Setting{.key = "bundle.idle_timeout_s", .kind = Kind::integer,
             .field = &Config::bundle_idle_timeout_s, .min = 1, .max = k_max_unsigned},

@@ -26,6 +26,12 @@ public:
         m_begin += count;
         if (m_begin == m_end) {
             m_begin = m_end = 0;
+            // A connection that once received a large frame does not keep
+            // that much memory for the rest of its life.
+            if (m_bytes.size() > k_keep) {
+                m_bytes.resize(k_keep);
+                m_bytes.shrink_to_fit();
+            }
         }
     }
 
@@ -46,6 +52,8 @@ public:
     void commit(std::size_t count) { m_end += count; }
 
 private:
+    static constexpr std::size_t k_keep = 256 * 1024;
+
     std::vector<std::byte> m_bytes;
     std::size_t m_begin = 0;
     std::size_t m_end = 0;

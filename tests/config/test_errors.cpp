@@ -46,7 +46,7 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
         {"[disk.extra]\nx = 1\n",
          "disk.extra: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
          "compress_level, write_mode"},
-        {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password, tcp_port"},
+        {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password"},
         // wrong type
         {"[daemon]\nio_threads = \"4\"\n",
          "daemon.io_threads: expected an integer from 1 to 64, got \"4\""},
@@ -76,8 +76,6 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
          "remote.op_timeout_ms: expected an integer from 1 to 600000, got 600001"},
         {"[remote]\npool_size = 65\n",
          "remote.pool_size: expected an integer from 1 to 64, got 65"},
-        {"[resp]\ntcp_port = 65536\n",
-         "resp.tcp_port: expected an integer from 0 to 65535, got 65536"},
         {"[bundle]\nidle_timeout_s = 0\n",
          "bundle.idle_timeout_s: expected an integer from 1 to 4294967295, got 0"},
         {"[daemon]\nmax_value_size = \"4GiB\"\n",

@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 36;
+constexpr std::size_t k_setting_count = 35;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -66,7 +66,6 @@ write_behind_queue_bytes = "1MiB"
 
 [resp]
 password = "letmein"
-tcp_port = 6380
 
 [bundle]
 idle_timeout_s = 30
@@ -114,7 +113,6 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.remote_pool_size == 4);
     CHECK(c.write_behind_queue_bytes == 268435456);
     CHECK(c.resp_password.empty());
-    CHECK(c.resp_tcp_port == 0);
     CHECK(c.bundle_idle_timeout_s == 600);
 
     CHECK(loaded->config_file.empty());
@@ -174,7 +172,6 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.remote_pool_size == 64);
     CHECK(c.write_behind_queue_bytes == 1048576);
     CHECK(c.resp_password == "letmein");
-    CHECK(c.resp_tcp_port == 6380);
     CHECK(c.bundle_idle_timeout_s == 30);
 
     CHECK(loaded->config_file == fixture.file_path());

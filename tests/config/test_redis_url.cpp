@@ -91,8 +91,7 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
         {"redis://h/zero", "bad database number \"zero\"", "redis://h/zero"},
         {"redis://h/-1", "bad database number \"-1\"", "redis://h/-1"},
         {"redis://h?db=x", "bad database number \"x\"", "redis://h?db=x"},
-        {"redis://h?timeout=3", "unsupported URL parameter \"timeout\" (only db=N is accepted)",
-         "redis://h?timeout=3"},
+        {"redis://h?db", "URL parameter \"db\" needs a value: db=N", "redis://h?db"},
         {"redis://[::1", "unterminated [IPv6 address]", "redis://[::1"},
         {"redis://u:p%4@h", "bad percent-encoding in the user name or password", "redis://u:***@h"},
         {"unix://run/r.sock",
@@ -108,6 +107,13 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
                                          "host[:port][/db] or unix:///path[?db=N]",
                                          row.reason, row.shown));
     }
+}
+
+TEST_CASE("redis-py's client-side URL parameters are ignored", "[config][redis_url]") {
+    auto url = parse_redis_url("unix:///run/r.sock?protocol=2&db=3&socket_timeout=5");
+    REQUIRE(url);
+    CHECK(url->unix_socket == "/run/r.sock");
+    CHECK(url->db == 3);
 }
 
 TEST_CASE("mask_redis_url hides only the password", "[config][redis_url]") {

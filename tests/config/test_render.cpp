@@ -79,7 +79,6 @@ remote.write_behind_queue_bytes = 268435456  # default
 # remote.enabled = false (true when any remote switch is on)
 
 resp.password = ""  # default
-resp.tcp_port = 0  # default
 
 bundle.idle_timeout_s = 600  # default
 )");
@@ -155,5 +154,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 36);
+    CHECK(values_of(rendered).size() == 35);
 }

@@ -376,3 +376,20 @@ def test_sighup_reloads_log_level(tmp_root):
         wait_for_log(d, r"HELLO from pytest", timeout=5)
     finally:
         d.kill()
+
+
+def test_remote_pointing_at_own_socket_is_disabled(tmp_root):
+    # The README's PyTorch example exports TORCHINDUCTOR_REDIS_URL=unix://<the
+    # daemon's socket>; a daemon started from that shell must not ask itself.
+    sock = tmp_root / "s"
+    d = Daemon(tmp_root, env={"TORCHINDUCTOR_REDIS_URL": f"unix://{sock}?protocol=2",
+                              "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}).start()
+    try:
+        wait_for_log(d, r"is this daemon's own socket: remote tier off")
+        elapsed = stopwatch()
+        assert d.cli("get", "fx-graph", "missing").returncode == MISS
+        assert elapsed() < 0.5
+        assert d.cli("put", "fx-graph", "k", input=b"v").returncode == OK
+        assert d.cli("get", "fx-graph", "k").stdout == b"v"
+    finally:
+        d.kill()
