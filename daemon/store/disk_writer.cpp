@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <utility>
 
 #include "daemon/store/log.hpp"
@@ -14,11 +12,6 @@
 namespace pt2cache::daemon::store {
 
 namespace {
-
-// Creating a file costs CPU time in the kernel (about 0.5 ms on some
-// virtual machines): writers yield the CPU to the threads serving requests.
-// Under a sustained load the queue fills and back-pressure slows puts down.
-constexpr int k_writer_nice = 10;
 
 constexpr std::chrono::seconds k_first_progress_log{2};
 constexpr std::chrono::seconds k_progress_log_interval{5};
@@ -208,8 +201,6 @@ std::uint64_t DiskWriteQueue::coalesced() const {
 }
 
 void DiskWriteQueue::run() {
-    // Linux: the nice value is per thread. Failure only costs fairness.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), k_writer_nice);
     std::unique_lock lock(m_mutex);
     for (;;) {
         m_work.wait(lock, [this] { return m_stop || (!m_paused && !m_ready.empty()); });
