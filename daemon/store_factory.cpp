@@ -39,7 +39,8 @@ store::StorePolicy store_policy(const config::Config& config) {
         }
     }
     policy.remote_namespaces = std::move(remote);
-    policy.remote_read_only = config.remote_read_only;
+    // Nothing fits a queue of 0 bytes: that is read-only, said once.
+    policy.remote_read_only = config.remote_read_only || config.write_behind_queue_bytes == 0;
     policy.remote_wait_ms =
         std::uint64_t{config.remote_connect_timeout_ms} + config.remote_op_timeout_ms;
     return policy;
@@ -84,7 +85,7 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
     const auto policy = store_policy(config);
     logger("daemon").info("remote tier: Redis at {} for {}{}{}", endpoint.describe(),
                           fmt::join(*policy.remote_namespaces, ", "),
-                          config.remote_read_only ? " (read-only)" : "",
+                          policy.remote_read_only ? " (read-only)" : "",
                           config.redis_expire_s != 0
                               ? fmt::format(", entries expire after {} s", config.redis_expire_s)
                               : std::string());
@@ -112,11 +113,6 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.max_size = config.disk_max_size;
         options.compress_threshold = config.compress_threshold;
         options.compress_level = config.compress_level;
-        if (config.disk_write_mode == "async") {
-            options.write_mode = store::DiskWriteMode::async;
-            logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
-                                  options.write_queue_bytes, options.writer_threads);
-        }
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
             logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",

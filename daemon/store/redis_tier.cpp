@@ -31,6 +31,10 @@ StoreError to_store_error(const RedisError& error) {
     return StoreError{timeout ? Failure::timeout : Failure::io, error.message};
 }
 
+// Connectivity failures a queued write survives (it waits in the queue while
+// Redis is unreachable; these are failures of writes tried while it seemed up).
+constexpr unsigned k_write_attempts = 3;
+
 StoreError no_redis_form(std::string_view ns) {
     return StoreError{Failure::unavailable,
                       fmt::format("namespace {} has no Redis form: never sent remote", ns)};
@@ -41,16 +45,21 @@ std::int64_t unix_ms_at(SteadyClock::time_point when) {
     return now_ms() + std::max<std::int64_t>(0, left.count());
 }
 
+unsigned flusher_count(const RedisTierOptions& options) {
+    return std::clamp(options.flushers, 1U, 8U);
+}
+
 } // namespace
 
 RedisTier::RedisTier(RedisTierOptions options, Stats& stats)
     : m_options(std::move(options))
     , m_counters(stats.remote())
     , m_pool(m_options.endpoint, m_options.pool_size)
+    , m_write_pool(m_options.endpoint, flusher_count(m_options))
     , m_breaker(m_options.breaker)
     , m_queue(m_options.queue) {
     m_counters.set_state(RemoteState::connecting);
-    const unsigned flushers = std::clamp(m_options.flushers, 1U, std::max(1U, m_options.pool_size));
+    const unsigned flushers = flusher_count(m_options);
     m_running = flushers;
     for (unsigned i = 0; i < flushers; ++i) {
         m_flushers.emplace_back([this, i] { flusher_loop(i); });
@@ -117,6 +126,7 @@ void RedisTier::on_failure(const RedisError& error, Admission admission) {
     }
     // The other idle connections most likely lead to the same dead end.
     m_pool.drop_idle();
+    m_write_pool.drop_idle();
     const auto until = m_breaker.failure(admission);
     std::lock_guard lock(m_state_mutex);
     if (until) {
@@ -132,7 +142,7 @@ void RedisTier::on_failure(const RedisError& error, Admission admission) {
 }
 
 tl::expected<std::vector<RedisReplyPtr>, RedisError>
-RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
+RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admission admission,
                    const std::atomic<bool>* abort) {
     // One deadline for waiting on the pool and the exchange; the time spent
     // connecting (bounded by the connect timeout) comes on top of it.
@@ -140,7 +150,7 @@ RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
     Milliseconds connecting{0};
     std::optional<RedisError> error;
     for (int attempt = 0; attempt < 2; ++attempt) {
-        auto lease = m_pool.acquire(deadline + connecting, abort);
+        auto lease = pool.acquire(deadline + connecting, abort);
         if (!lease) {
             error = std::move(lease.error());
             break;
@@ -160,7 +170,7 @@ RedisTier::execute(std::span<const RedisCommand> commands, Admission admission,
         if (!(attempt == 0 && lease->reused() && error->kind == RedisErrorKind::io)) {
             break;
         }
-        m_pool.drop_idle();
+        pool.drop_idle();
     }
     if (error->kind == RedisErrorKind::aborted) {
         m_breaker.release(admission);
@@ -185,7 +195,7 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
     }
     const RedisCommand command{{"GET", *redis_key}};
-    auto replies = execute(std::span(&command, 1), admission);
+    auto replies = execute(m_pool, std::span(&command, 1), admission);
     if (!replies) {
         return tl::make_unexpected(to_store_error(replies.error()));
     }
@@ -256,7 +266,7 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
     }
     const RedisCommand command{{"DEL", *redis_key}};
-    auto replies = execute(std::span(&command, 1), admission);
+    auto replies = execute(m_pool, std::span(&command, 1), admission);
     if (!replies) {
         return tl::make_unexpected(to_store_error(replies.error()));
     }
@@ -289,7 +299,7 @@ void RedisTier::probe() {
     }
     const RedisCommand command{{"PING"}};
     // Failures are counted and logged by execute.
-    (void)execute(std::span(&command, 1), admission, &m_abort);
+    (void)execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
 }
 
 void RedisTier::write(WriteItem item) {
@@ -310,21 +320,20 @@ void RedisTier::write(WriteItem item) {
         command.args.push_back(seconds ? "EX" : "PX");
         command.args.push_back(ttl);
     }
-    auto replies = execute(std::span(&command, 1), admission, &m_abort);
+    auto replies = execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
     if (replies) {
         const RedisReply& reply = *replies->front();
         if (reply.is_ok()) {
             add(m_counters.written);
         } else {
             add(m_counters.errors);
-            remote_log().warn("SET {:?} ({} bytes) refused: {}", item.key, item.value.size(),
-                              reply.text());
+            log_refused_write(item, reply.text());
         }
         m_queue.finished();
     } else if (replies.error().kind == RedisErrorKind::aborted) {
         add(m_counters.shutdown_drops);
         m_queue.finished();
-    } else if (item.attempts == 0 && replies.error().connectivity()) {
+    } else if (item.attempts + 1 < k_write_attempts && replies.error().connectivity()) {
         ++item.attempts;
         if (!m_queue.requeue(std::move(item))) {
             add(m_counters.queue_drops);
@@ -335,6 +344,22 @@ void RedisTier::write(WriteItem item) {
         m_queue.finished();
     }
     update_gauges();
+}
+
+void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason) {
+    // A full Redis (-OOM) refuses every write: one line per 10 s is enough.
+    constexpr std::int64_t k_interval_ms = 10'000;
+    const auto now = now_ms();
+    auto last = m_last_refusal_log_ms.load(std::memory_order_relaxed);
+    if (now - last < k_interval_ms ||
+        !m_last_refusal_log_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+        m_refusals_unlogged.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    const auto unlogged = m_refusals_unlogged.exchange(0, std::memory_order_relaxed);
+    remote_log().warn(
+        "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
+        unlogged == 0 ? std::string() : fmt::format(" ({} more refusals not logged)", unlogged));
 }
 
 void RedisTier::flusher_loop(unsigned index) {
@@ -354,10 +379,13 @@ void RedisTier::flusher_loop(unsigned index) {
             std::this_thread::sleep_for(Milliseconds(20));
             continue;
         }
-        // One flusher keeps testing the connection while it is not known to
-        // work, so that the tier resumes without waiting for traffic.
-        if (index == 0 && !m_stopping && state() != RemoteState::connected) {
-            probe();
+        // While Redis is not known to work, one flusher tests it (so that the
+        // tier resumes without waiting for traffic) and the queued writes
+        // wait: an outage drops only what no longer fits the queue.
+        if (!m_stopping && state() != RemoteState::connected) {
+            if (index == 0) {
+                probe();
+            }
             if (state() != RemoteState::connected) {
                 m_queue.wait(SteadyClock::now() + m_options.probe_interval);
             }

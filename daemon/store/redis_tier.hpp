@@ -34,12 +34,12 @@ namespace pt2cache::daemon::store {
 
 struct RedisTierOptions {
     RedisEndpoint endpoint;
-    unsigned pool_size = 4;
-    std::uint64_t expire_s = 0;                  // TTL of every write; 0: none
+    unsigned pool_size = 4;     // for gets and deletes; each flusher has one more of its own
+    std::uint64_t expire_s = 0; // TTL of every write; 0: none
     std::uint64_t max_value_size = 512ULL << 20; // Redis's proto-max-bulk-len default
     WriteBehindOptions queue;
     BreakerOptions breaker;
-    unsigned flushers = 2; // at most pool_size
+    unsigned flushers = 2; // 1..8
     Milliseconds shutdown_flush{5000};
     // Between probes while connecting (the breaker's cool-downs apply once
     // it has opened).
@@ -90,7 +90,7 @@ private:
     // when a reused connection turns out stale), and tells the breaker how it
     // went. Counts errors and timeouts.
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
-    execute(std::span<const RedisCommand> commands, Admission admission,
+    execute(RedisPool& pool, std::span<const RedisCommand> commands, Admission admission,
             const std::atomic<bool>* abort = nullptr);
     void on_success();
     void on_failure(const RedisError& error, Admission admission);
@@ -100,10 +100,12 @@ private:
     void write(WriteItem item);
     void probe();
     void update_gauges();
+    void log_refused_write(const WriteItem& item, std::string_view reason);
 
     const RedisTierOptions m_options;
     RemoteCounters& m_counters;
-    RedisPool m_pool;
+    RedisPool m_pool;       // gets and deletes: `pool_size` connections
+    RedisPool m_write_pool; // the flushers' own (one each): writes never hold up gets
     CircuitBreaker m_breaker;
     WriteBehindQueue m_queue;
 
@@ -114,6 +116,8 @@ private:
     std::atomic<bool> m_stopping{false};
     std::atomic<bool> m_abort{false};
     std::atomic<unsigned> m_running{0};
+    std::atomic<std::int64_t> m_last_refusal_log_ms{0};
+    std::atomic<std::uint64_t> m_refusals_unlogged{0};
     std::vector<std::thread> m_flushers;
 };
 

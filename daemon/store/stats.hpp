@@ -57,7 +57,7 @@ struct RemoteCounters {
     std::atomic<std::uint64_t> backfills{0};      // remote hits copied into disk and memory
     std::atomic<std::uint64_t> queued{0};         // writes accepted by the write-behind queue
     std::atomic<std::uint64_t> written{0};        // writes Redis acknowledged
-    std::atomic<std::uint64_t> queue_drops{0};    // writes dropped: queue full or failed twice
+    std::atomic<std::uint64_t> queue_drops{0};    // writes dropped: queue full, or failed 3 times
     std::atomic<std::uint64_t> shutdown_drops{0}; // writes still queued at the shutdown deadline
     std::atomic<std::uint64_t> oversize_skips{0}; // values larger than Redis accepts: not sent
     std::atomic<std::uint64_t> queue_bytes{0};    // gauge: bytes waiting in the queue

@@ -252,3 +252,34 @@ def test_own_socket_as_redis_is_refused(make_daemon, tmp_root):
     client = Native(d.socket)
     assert client.put("fx-graph", "fk", b"v") == OK
     assert client.get("fx-graph", "fk") == (OK, b"v")
+
+
+def test_a_full_redis_refusing_writes_is_no_outage(make_daemon, tmp_root):
+    """-OOM (maxmemory with noeviction, which we advise against) is an error reply:
+    counted, logged (rate-limited), never a suspension."""
+    (tmp_root / "full").mkdir(mode=0o700)
+    r = RedisServer(tmp_root / "full", "--maxmemory", "2mb", "--maxmemory-policy",
+                    "noeviction").start()
+    try:
+        env = {"TORCHINDUCTOR_REDIS_URL": f"unix://{r.socket}",
+               "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+        d = make_daemon(*redis_args(), env=env)
+        wait_remote_state(d, "connected")
+        client = Native(d.socket)
+        for i in range(10):
+            assert client.put("fx-graph", fx_key(f"full-{i}")[1], b"v" * 500_000) == OK
+        wait_for(lambda: remote_stats(d)["errors"] >= 3, what="-OOM replies")
+        stats = remote_stats(d)
+        assert stats["state"] == "connected" and stats["suspensions"] == 0
+        assert d.log().count("Redis refused SET") == 1
+        assert client.get("fx-graph", fx_key("full-9")[1]) == (OK, b"v" * 500_000)
+    finally:
+        r.stop()
+
+
+def test_zero_byte_queue_means_read_only(remote_daemon, redis_server):
+    d = remote_daemon(write_behind_queue_bytes="0")
+    assert "(read-only)" in d.log()
+    assert Native(d.socket).put("fx-graph", fx_key("zero")[1], b"v") == OK
+    assert d.stats()["tiers"]["remote"]["read_only"] is True
+    assert redis_client(redis_server).dbsize() == 0

