@@ -134,6 +134,16 @@ std::string render_tiers(const nlohmann::json& stats) {
             out += fmt::format("{:<8}  {:>9}\n", name, "off");
             continue;
         }
+        if (tier.contains("endpoint")) {
+            // The remote tier: its entries are in Redis; count/bytes/capacity
+            // describe its write-behind queue.
+            out += fmt::format("{:<8}  {} ({}{}), write-behind queue {} entries, {} of {}\n", name,
+                               field_text(tier, "state"), field_text(tier, "endpoint"),
+                               tier.value("read_only", false) ? ", read-only" : "",
+                               counter(tier, "count"), human_bytes(counter(tier, "bytes")),
+                               human_bytes(counter(tier, "capacity")));
+            continue;
+        }
         out += fmt::format("{:<8}  {:>9}  {:>10}  {:>10}\n", name, counter(tier, "count"),
                            human_bytes(counter(tier, "bytes")),
                            human_bytes(counter(tier, "capacity")));
@@ -157,6 +167,28 @@ std::string render_stats(const nlohmann::json& stats) {
         for (const auto& [name, value] : daemon->items()) {
             out += fmt::format("  {:<{}}  {}\n", name, name_width, value.dump());
         }
+    }
+
+    // The remote tier's own counters, when it is on.
+    if (const auto remote = stats.find("remote");
+        remote != stats.end() && remote->is_object() && remote->contains("hits") &&
+        remote->value("state", std::string("disabled")) != "disabled") {
+        out += fmt::format("\nremote {}\n", field_text(*remote, "state"));
+        std::string line;
+        for (const auto& [name, value] : remote->items()) {
+            if (name == "state") {
+                continue;
+            }
+            const bool bytes = name == "queue_bytes";
+            std::string cell = fmt::format(
+                "  {} {}", name, bytes ? human_bytes(value.get<std::uint64_t>()) : value.dump());
+            if (line.size() + cell.size() > 88) {
+                out += line + "\n";
+                line.clear();
+            }
+            line += cell;
+        }
+        out += line + "\n";
     }
 
     // Rows first, to size the columns.

@@ -232,6 +232,9 @@ def test_stats_show_remote_state_and_counters(remote_daemon, redis_server):
     assert tier["state"] == "connected"
     assert tier["endpoint"] == f"unix://{redis_server.socket}"
     assert tier["namespaces"] == ["fx-graph", "redis"]
+    text = d.cli("stats").stdout.decode()
+    assert f"remote    connected (unix://{redis_server.socket})" in text
+    assert "\nremote connected\n" in text and "queue_drops 0" in text
 
 
 def test_remote_disabled_by_default(make_daemon):
