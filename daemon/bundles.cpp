@@ -200,30 +200,59 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::th
         }
     }
 
-    std::atomic<std::uint32_t> entries{0};
-    std::atomic<std::uint64_t> saved_ms{0};
+    // Memory first, so that every worker's per-kernel lookup hits as soon as
+    // BUNDLE_BEGIN answers; the disk copies (one file each, the slow part)
+    // are written by a background task on the worker pool, which the daemon
+    // joins before it exits. Without a memory tier (or a pool) every entry
+    // is stored in full here.
     const auto now = store::now_ms();
-    const auto restore_one = [&](std::size_t i) {
-        const auto& [basename, best_config] = restorable[i];
+    auto* memory = store.memory_tier();
+    const bool memory_first = memory != nullptr && memory->enabled() && pool != nullptr;
+    std::vector<std::pair<std::string, store::Entry>> pending;
+    pending.reserve(restorable.size());
+    std::uint32_t entries = 0;
+    std::atomic<std::uint64_t> saved_ms{0};
+    for (const auto& [basename, best_config] : restorable) {
         store::Entry entry;
         entry.value = store::Blob::copy_of(proto::python_json_dumps(*best_config));
         entry.created_ms = now;
-        auto stored = store.put(autotune::k_namespace, *basename, std::move(entry));
-        if (!stored) {
+        if (memory_first) {
+            if (auto put = memory->put(autotune::k_namespace, *basename, entry); !put) {
+                log.warn("bundle {}: entry {} not restored: {}", key, *basename,
+                         put.error().message);
+                continue;
+            }
+        } else if (auto stored = store.put(autotune::k_namespace, *basename, entry); !stored) {
             log.warn("bundle {}: entry {} not restored: {}", key, *basename,
                      stored.error().message);
-            return;
+            continue;
         }
-        entries.fetch_add(1, std::memory_order_relaxed);
+        ++entries;
         add_saturating(saved_ms, time_taken_ms(*best_config));
-    };
-    const auto wanted = static_cast<unsigned>(
-        std::min<std::size_t>(helpers, restorable.size() / k_entries_per_helper));
-    parallel_for(pool, pool == nullptr ? 0 : wanted, restorable.size(), restore_one);
+        if (memory_first) {
+            pending.emplace_back(*basename, std::move(entry));
+        }
+    }
+    if (!pending.empty()) {
+        const auto shared = std::make_shared<decltype(pending)>(std::move(pending));
+        const auto bundle = std::string(key);
+        const auto write = [&store, shared, bundle](std::size_t i) {
+            auto& [basename, entry] = (*shared)[i];
+            if (auto stored = store.put(autotune::k_namespace, basename, entry); !stored) {
+                logger("bundle").warn("bundle {}: entry {} not written to disk: {}", bundle,
+                                      basename, stored.error().message);
+            }
+        };
+        const auto wanted = static_cast<unsigned>(
+            std::min<std::size_t>(helpers, shared->size() / k_entries_per_helper));
+        asio::post(*pool, [pool, wanted, shared, write] {
+            parallel_for(pool, wanted, shared->size(), write);
+        });
+    }
 
     BundleRestore restore;
     restore.hit = true;
-    restore.entries = entries.load();
+    restore.entries = entries;
     restore.time_saved_ms = saved_ms.load();
     log.debug("bundle {} restored: {} entries, {} ms saved", key, restore.entries,
               restore.time_saved_ms);

@@ -386,3 +386,31 @@ def test_bundle_through_redis_reaches_a_fresh_daemon(make_daemon, redis_server):
     for key, data in configs.items():
         assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
     assert conn.stats()["namespaces"]["autotune"]["memory"]["hits"] == len(configs)
+
+
+def test_restored_entries_reach_disk_in_the_background(daemon):
+    """BUNDLE_BEGIN answers once the entries are in memory; their disk copies
+    follow on the worker pool, so a later restart still finds them."""
+    d = daemon
+    conn = BundleClient(d.socket)
+    code_hash = "c" + "w" * 51
+    token, _, _, _ = conn.begin(code_hash)
+    configs = {local_key(f"bg kernel {i}"): best_config(i) for i in range(200)}
+    for key, data in configs.items():
+        assert conn.tput(token, "autotune", key, json.dumps(data).encode()) == OK
+    assert conn.end(token) == (OK, len(configs))
+
+    restart_without_local_autotune(d)
+    conn = BundleClient(d.socket)
+    token, hit, entries, _ = conn.begin(code_hash)
+    assert (hit, entries) == (True, len(configs))
+    autotune_dir = d.cache_dir / "v1" / "autotune"
+    on_disk = lambda: sum(1 for p in autotune_dir.rglob("*") if p.is_file()  # noqa: E731
+                          and not p.name.endswith(".tmp")) if autotune_dir.exists() else 0
+    wait_for(lambda: on_disk() == len(configs), timeout=30, what="restored entries on disk")
+    # Memory gone again: the per-kernel entries now come from disk.
+    d.stop()
+    d.start()
+    conn = BundleClient(d.socket)
+    for key, data in configs.items():
+        assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
