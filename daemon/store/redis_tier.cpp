@@ -141,6 +141,17 @@ void RedisTier::on_failure(const RedisError& error, Admission admission) {
     }
 }
 
+RedisTier::Admission RedisTier::admit_request() {
+    const auto admission = m_breaker.admit();
+    // After a failure, requests do not queue up behind a Redis that may be
+    // frozen: until the flusher's probe (sent at once) or a probe admitted by
+    // the breaker succeeds, they are answered locally.
+    if (admission == Admission::allowed && state() != RemoteState::connected) {
+        return Admission::refused;
+    }
+    return admission;
+}
+
 tl::expected<std::vector<RedisReplyPtr>, RedisError>
 RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admission admission,
                    const std::atomic<bool>* abort) {
@@ -189,10 +200,10 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     if (!redis_key) {
         return tl::make_unexpected(no_redis_form(ns));
     }
-    const auto admission = m_breaker.admit();
+    const auto admission = admit_request();
     if (admission == Admission::refused) {
         add(m_counters.skipped);
-        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
+        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
     const RedisCommand command{{"GET", *redis_key}};
     auto replies = execute(m_pool, std::span(&command, 1), admission);
@@ -260,10 +271,10 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     }
     const bool dequeued = m_queue.erase(*redis_key) > 0;
     update_gauges();
-    const auto admission = m_breaker.admit();
+    const auto admission = admit_request();
     if (admission == Admission::refused) {
         add(m_counters.skipped);
-        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier suspended"});
+        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
     const RedisCommand command{{"DEL", *redis_key}};
     auto replies = execute(m_pool, std::span(&command, 1), admission);

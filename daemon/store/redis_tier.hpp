@@ -5,8 +5,9 @@
 // Redis form never leave the machine.
 //
 // - get: one GET on a pooled connection, bounded by the connect and operation
-//   timeouts. While the circuit breaker holds the tier suspended, it answers
-//   `Failure::unavailable` at once (the store then answers locally).
+//   timeouts. While the circuit breaker holds the tier suspended, or after a
+//   failure until a probe succeeds, it answers `Failure::unavailable` at once
+//   (the store then answers locally).
 // - put: queued (write-behind, see write_behind.hpp) and written by flusher
 //   threads with `SET key value [EX n | PX n]`; the caller never waits for
 //   Redis. Values over `max_value_size` (Redis's proto-max-bulk-len) are not
@@ -86,6 +87,9 @@ public:
 private:
     using Admission = CircuitBreaker::Admission;
 
+    // The breaker's admission for a get or delete; refused as well while a
+    // failure has not been followed by a successful probe.
+    Admission admit_request();
     // Runs `commands` on a pooled connection (retrying once on a fresh one
     // when a reused connection turns out stale), and tells the breaker how it
     // went. Counts errors and timeouts.

@@ -52,7 +52,7 @@ struct RemoteCounters {
     std::atomic<std::uint64_t> errors{0};         // failed operations other than timeouts
     std::atomic<std::uint64_t> timeouts{0};       // operations that ran past their deadline
     std::atomic<std::uint64_t> suspensions{0};    // times the circuit breaker opened
-    std::atomic<std::uint64_t> skipped{0};        // requests answered locally while suspended
+    std::atomic<std::uint64_t> skipped{0};        // requests answered locally: suspended or probing
     std::atomic<std::uint64_t> coalesced{0};      // gets that waited for another get of their key
     std::atomic<std::uint64_t> backfills{0};      // remote hits copied into disk and memory
     std::atomic<std::uint64_t> queued{0};         // writes accepted by the write-behind queue
