@@ -48,25 +48,6 @@ std::size_t ConnectionRegistry::size() const {
 
 namespace {
 
-// TORCHINDUCTOR_REDIS_URL set for PyTorch (unix://<our socket>) must not make
-// the daemon its own remote: every miss would ask itself, every put loop.
-void disable_remote_loop(config::Config& config) {
-    if (!config.remote_enabled || config.redis_unix_socket.empty()) {
-        return;
-    }
-    std::error_code ec;
-    const auto remote = fs::weakly_canonical(config.redis_unix_socket, ec);
-    const auto own = fs::weakly_canonical(config.socket_path, ec);
-    if (remote != own) {
-        return;
-    }
-    logger("daemon").warn("the remote cache ({}) is this daemon's own socket: remote tier off. "
-                          "Point remote.url (or TORCHINDUCTOR_REDIS_URL in pt2cached's "
-                          "environment) at a Redis server to share entries",
-                          config.redis_unix_socket);
-    config.remote_enabled = false;
-}
-
 constexpr auto k_drain_deadline = std::chrono::seconds(10);
 
 class Server {
@@ -124,7 +105,6 @@ int Server::run() {
     m_context.config.socket_path = fs::absolute(config.socket_path).string();
     m_context.max_value = config.max_value_size;
     m_context.blocking = &m_blocking;
-    disable_remote_loop(m_context.config);
     m_context.store = make_store(m_context.config, m_context.stats);
     set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
