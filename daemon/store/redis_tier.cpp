@@ -62,7 +62,7 @@ RedisTier::RedisTier(RedisTierOptions options, Stats& stats)
     const unsigned flushers = flusher_count(m_options);
     m_running = flushers;
     for (unsigned i = 0; i < flushers; ++i) {
-        m_flushers.emplace_back([this, i] { flusher_loop(i); });
+        m_flushers.emplace_back([this] { flusher_loop(); });
     }
 }
 
@@ -373,7 +373,7 @@ void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason
         unlogged == 0 ? std::string() : fmt::format(" ({} more refusals not logged)", unlogged));
 }
 
-void RedisTier::flusher_loop(unsigned index) {
+void RedisTier::flusher_loop() {
     while (!m_abort) {
         const auto now = SteadyClock::now();
         const auto breaker = m_breaker.snapshot();
@@ -390,13 +390,11 @@ void RedisTier::flusher_loop(unsigned index) {
             std::this_thread::sleep_for(Milliseconds(20));
             continue;
         }
-        // While Redis is not known to work, one flusher tests it (so that the
+        // While Redis is not known to work, the flushers test it (so that the
         // tier resumes without waiting for traffic) and the queued writes
         // wait: an outage drops only what no longer fits the queue.
         if (!m_stopping && state() != RemoteState::connected) {
-            if (index == 0) {
-                probe();
-            }
+            probe();
             if (state() != RemoteState::connected) {
                 m_queue.wait(SteadyClock::now() + m_options.probe_interval);
             }

@@ -100,7 +100,7 @@ private:
     void on_failure(const RedisError& error, Admission admission);
     void set_state(RemoteState state, std::int64_t until_ms = 0);
 
-    void flusher_loop(unsigned index);
+    void flusher_loop();
     void write(WriteItem item);
     void probe();
     void update_gauges();
