@@ -218,6 +218,20 @@ void Server::reload() {
         {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
         {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
         {fresh.resp_password != old.resp_password, "resp.password"},
+        // The Redis pool and its queue were built from these.
+        {fresh.redis_host != old.redis_host || fresh.redis_port != old.redis_port ||
+             fresh.redis_unix_socket != old.redis_unix_socket || fresh.redis_db != old.redis_db,
+         "remote.url/host/port/unix_socket/db"},
+        {fresh.redis_username != old.redis_username || fresh.redis_password != old.redis_password,
+         "remote.username/password"},
+        {fresh.remote_connect_timeout_ms != old.remote_connect_timeout_ms ||
+             fresh.remote_op_timeout_ms != old.remote_op_timeout_ms,
+         "remote.connect_timeout_ms/op_timeout_ms"},
+        {fresh.remote_pool_size != old.remote_pool_size, "remote.pool_size"},
+        {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
+         "remote.write_behind_queue_bytes"},
+        {fresh.remote_enabled && m_context.store->remote_tier() == nullptr,
+         "remote caching (no remote tier was started)"},
     };
     for (const auto& [changed, name] : fixed) {
         if (changed) {
