@@ -2,11 +2,12 @@
  * argv[1] and runs SET/GET/MGET/DEL/EXISTS, a pipeline of appended commands and
  * a large binary value, checking every reply. Exit status 0 when all checks
  * pass; otherwise 1, with the failed check on stderr. */
-#include <hiredis/hiredis.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <hiredis/hiredis.h>
 
 static int checks = 0;
 
@@ -27,9 +28,8 @@ static redisReply* expect_type(redisReply* reply, int type, const char* what) {
     }
     if (reply->type != type) {
         fail("%s: reply type %d, expected %d (%.*s)", what, reply->type, type,
-             reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS
-                 ? (int)reply->len
-                 : 0,
+             reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS ? (int)reply->len
+                                                                                   : 0,
              reply->str ? reply->str : "");
     }
     return reply;
@@ -77,12 +77,11 @@ int main(int argc, char** argv) {
     redisReply* r = redisCommand(c, "GET %s", "hiredis:k");
     expect_bytes(r, binary, binary_len, "GET");
     freeReplyObject(r);
-    freeReplyObject(expect_type(redisCommand(c, "GET %s", "hiredis:missing"), REDIS_REPLY_NIL,
-                                "GET missing"));
+    freeReplyObject(
+        expect_type(redisCommand(c, "GET %s", "hiredis:missing"), REDIS_REPLY_NIL, "GET missing"));
     expect_status(redisCommand(c, "SET %s %s EX %d", "hiredis:ex", "v2", 100), "OK", "SET EX");
 
-    r = expect_type(redisCommand(c, "MGET %s %s %s", "hiredis:k", "hiredis:missing",
-                                 "hiredis:ex"),
+    r = expect_type(redisCommand(c, "MGET %s %s %s", "hiredis:k", "hiredis:missing", "hiredis:ex"),
                     REDIS_REPLY_ARRAY, "MGET");
     ++checks;
     if (r->elements != 3) {

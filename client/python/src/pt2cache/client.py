@@ -27,13 +27,14 @@ import socket
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _wire
-from ._wire import CAP_BUNDLE, CAP_TTL, FLAG_BUNDLE, FLAG_ONLY_IF_ABSENT, Op, Status
-from .errors import (CacheTimeoutError, ProtocolError, Pt2CacheError, ServerError,
-                     UnknownTokenError, UnreachableError, UnsupportedError)
+from ._wire import CAP_BUNDLE, FLAG_BUNDLE, FLAG_ONLY_IF_ABSENT, Op, Status
+from .results import _NO_BUNDLE, BundleBegin, ListEntry, ListPage
+from ._connection import ServerInfo, default_socket_path, _Connection, _status_name
+from .errors import (ProtocolError, Pt2CacheError, ServerError, UnknownTokenError,
+                     UnsupportedError)
 
 __all__ = [
     "Client",
@@ -55,103 +56,9 @@ _T = TypeVar("_T")
 # the requests always fit the socket buffers, so sending never waits on the
 # daemon draining replies we have not read yet.
 _PIPELINE_WINDOW = 64
-# Values at least this large are sent with their own sendall() instead of being
-# copied behind the frame header.
-_SEPARATE_SEND = 64 * 1024
-
-
-def default_socket_path(environ: Optional[Dict[str, str]] = None) -> str:
-    """The socket pt2cached listens on by default (config/config.hpp):
-    ``$PT2CACHE_SOCKET``, else ``$XDG_RUNTIME_DIR/pt2cache/pt2cached.sock``,
-    else ``/tmp/pt2cache-$UID/pt2cached.sock``. Empty variables count as unset.
-    """
-    env = os.environ if environ is None else environ
-    explicit = env.get("PT2CACHE_SOCKET")
-    if explicit:
-        return explicit
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return _join_path(_join_path(runtime, "pt2cache"), "pt2cached.sock")
-    return f"/tmp/pt2cache-{os.getuid()}/pt2cached.sock"
-
-
-def _join_path(directory: str, name: str) -> str:
-    # config/defaults.cpp join_path: trailing slashes of `directory` dropped.
-    while len(directory) > 1 and directory.endswith("/"):
-        directory = directory[:-1]
-    if directory == "/":
-        return "/" + name
-    return f"{directory}/{name}"
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What the daemon announced in HELLO."""
-
-    version: int
-    capabilities: int
-    max_value: int
-    max_key: int
-    server_name: str
-
-    @property
-    def supports_bundles(self) -> bool:
-        return bool(self.capabilities & CAP_BUNDLE)
-
-    @property
-    def supports_ttl(self) -> bool:
-        return bool(self.capabilities & CAP_TTL)
-
-
-@dataclass(frozen=True)
-class BundleBegin:
-    """The answer to BUNDLE_BEGIN.
-
-    ``token`` is None when the call failed (no daemon, no bundle support...):
-    gets and puts with ``bundle_token=None`` are plain gets and puts, and
-    ``bundle_end(None)`` does nothing, so callers need no special case.
-    """
-
-    token: Optional[int]
-    hit: bool
-    entries: int
-    time_saved_ms: int
-
-    @property
-    def ok(self) -> bool:
-        return self.token is not None
-
-
-_NO_BUNDLE = BundleBegin(token=None, hit=False, entries=0, time_saved_ms=0)
-
-
-@dataclass(frozen=True)
-class ListEntry:
-    key: str  # decoded as UTF-8 with surrogateescape: key.encode("utf-8", "surrogateescape")
-    size: int
-    mtime_ms: int  # milliseconds since the Unix epoch
-
-
-@dataclass(frozen=True)
-class ListPage:
-    entries: List[ListEntry]
-    next_cursor: bytes  # empty: the listing is complete
-
-    @property
-    def complete(self) -> bool:
-        return not self.next_cursor
 
 
 _EMPTY_PAGE = ListPage(entries=[], next_cursor=b"")
-
-
-class _Lost(Exception):
-    """The connection broke. ``replayable`` when no byte of the reply had
-    arrived, so that the request may be sent again on a new connection."""
-
-    def __init__(self, message: str, replayable: bool):
-        super().__init__(message)
-        self.replayable = replayable
 
 
 _clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
@@ -168,7 +75,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Client:
+class Client(_Connection):
     """A connection to pt2cached, opened lazily and shared by all threads.
 
     ``socket_path``: default :func:`default_socket_path`. ``timeout``: seconds
@@ -627,209 +534,6 @@ class Client:
             return []
         return self._with_connection(exchange)
 
-    def _with_connection(self, fn: Callable[[], _T]) -> _T:
-        """Runs ``fn`` holding the lock with a connection open; a request that
-        broke a reused connection before any reply byte arrived is sent once
-        more on a new connection."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._reset_after_fork()
-            fresh = False
-            if self._sock is None:
-                self._open()
-                fresh = True
-            try:
-                return fn()
-            except _Lost as lost:
-                self._drop()
-                if fresh or not lost.replayable:
-                    self._mark_down(str(lost))
-                    raise UnreachableError(str(lost)) from None
-                log.debug("pt2cache: %s; reconnecting once", lost)
-            except (UnreachableError, CacheTimeoutError, ProtocolError) as e:
-                self._drop()
-                self._mark_down(str(e))
-                raise
-            # The daemon dropped an idle connection (restart, idle exit):
-            # one more try on a new one.
-            self._open()
-            try:
-                return fn()
-            except _Lost as lost:
-                self._drop()
-                self._mark_down(str(lost))
-                raise UnreachableError(str(lost)) from None
-            except (UnreachableError, CacheTimeoutError, ProtocolError) as e:
-                self._drop()
-                self._mark_down(str(e))
-                raise
-
-    def _open(self) -> None:
-        now = time.monotonic()
-        if now < self._down_until:
-            error = UnreachableError(
-                f"pt2cached at {self._path} is unavailable ({self._down_reason}); not retrying "
-                f"for {self._down_until - now:.2f} s")
-            error.fail_fast = True
-            raise error
-        deadline = now + self._connect_timeout
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self._connect_timeout)
-            try:
-                sock.connect(self._path)
-            except socket.timeout:
-                raise CacheTimeoutError(
-                    f"connecting to pt2cached at {self._path} took over "
-                    f"{self._connect_timeout} s") from None
-            except OSError as e:
-                raise UnreachableError(
-                    f"cannot connect to pt2cached at {self._path}: "
-                    f"{e.strerror or e}") from None
-            self._sock = sock
-            self._hello(deadline)
-        except BaseException as e:
-            self._drop()
-            sock.close()
-            if isinstance(e, _Lost):
-                self._mark_down(str(e))
-                raise UnreachableError(f"pt2cached at {self._path}: {e}") from None
-            if isinstance(e, (Pt2CacheError, OSError)):
-                self._mark_down(str(e))
-            raise
-
-    def _hello(self, deadline: float) -> None:
-        caps = CAP_TTL | CAP_BUNDLE
-        status, body = self._exchange(Op.HELLO, 0, _wire.hello_body(caps, self._name), b"",
-                                      deadline, False)
-        if status != Status.OK:
-            raise ProtocolError(f"HELLO answered {_status_name(status)}")
-        try:
-            version, caps, max_value, max_key, name = _wire.parse_hello_response(body)
-        except _wire.WireError as e:
-            raise ProtocolError(f"HELLO reply: {e}") from None
-        if version != _wire.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"pt2cached at {self._path} speaks protocol version {version}, this client "
-                f"speaks version {_wire.PROTOCOL_VERSION}")
-        self._info = ServerInfo(version, caps, max_value, max_key, name)
-
-    def _new_id(self) -> int:
-        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
-        return self._next_id
-
-    def _exchange(self, op: Op, flags: int, head: bytes, tail: Value, deadline: float,
-                  value_reply: bool) -> Tuple[int, bytes]:
-        rid = self._new_id()
-        frame = _wire.header(op, flags, rid, len(head) + len(tail)) + head
-        if 0 < len(tail) < _SEPARATE_SEND:
-            frame += tail
-            tail = b""
-        self._send(frame, tail, deadline, replayable=True)
-        return self._receive(op, rid, deadline, value_reply, replayable=True)
-
-    def _send(self, frame: bytes, tail: Value, deadline: float, replayable: bool) -> None:
-        sock = self._sock
-        assert sock is not None
-        try:
-            sock.settimeout(_remaining(deadline, self._path))
-            sock.sendall(frame)
-            if len(tail):
-                sock.settimeout(_remaining(deadline, self._path))
-                sock.sendall(tail)
-        except socket.timeout:
-            raise CacheTimeoutError(f"sending to pt2cached at {self._path} timed out") from None
-        except OSError as e:
-            raise _Lost(f"connection to pt2cached at {self._path} lost while sending: "
-                        f"{e.strerror or e}", replayable) from None
-
-    def _receive(self, op: Op, rid: int, deadline: float, value_reply: bool,
-                 replayable: bool) -> Tuple[int, bytes]:
-        head = self._recv_exact(_wire.HEADER_SIZE, deadline, replayable)
-        magic, rop, status, reply_id, length = _wire.HEADER.unpack(head)
-        if magic != _wire.MAGIC:
-            raise ProtocolError(f"reply with bad magic {magic!r}")
-        if status >= 0x10:
-            if length > 2 + 0xFFFF:
-                raise ProtocolError(f"error reply of {length} bytes")
-            message = _wire.parse_error(self._recv_exact(length, deadline, False))
-            if status in _wire.CLOSING_STATUSES or rop != op or reply_id != rid:
-                # The daemon closes the connection after these.
-                self._drop()
-            cls = UnknownTokenError if status == Status.UNKNOWN_TOKEN else ServerError
-            raise cls(status, message)
-        if rop != op or reply_id != rid:
-            raise ProtocolError(f"reply {Op(rop).name if rop in Op._value2member_map_ else rop}"
-                                f"#{reply_id} to request {op.name}#{rid}: replies crossed")
-        if status not in (Status.OK, Status.MISS, Status.NOT_STORED):
-            raise ProtocolError(f"unknown status 0x{status:02x}")
-        limit = _wire.MAX_REPLY_BODY
-        if value_reply and self._info is not None:
-            limit = max(limit, self._info.max_value)
-        if length > limit:
-            raise ProtocolError(f"{op.name} reply of {length} bytes exceeds {limit}")
-        return status, self._recv_exact(length, deadline, False)
-
-    def _recv_exact(self, n: int, deadline: float, replayable: bool) -> bytes:
-        if n == 0:
-            return b""
-        sock = self._sock
-        assert sock is not None
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        try:
-            while got < n:
-                sock.settimeout(_remaining(deadline, self._path))
-                count = sock.recv_into(view[got:])
-                if count == 0:
-                    raise _Lost(f"pt2cached at {self._path} closed the connection",
-                                replayable and got == 0)
-                got += count
-        except socket.timeout:
-            raise CacheTimeoutError(
-                f"pt2cached at {self._path} did not answer within the timeout") from None
-        except OSError as e:
-            raise _Lost(f"connection to pt2cached at {self._path} lost: {e.strerror or e}",
-                        replayable and got == 0) from None
-        return bytes(buf)
-
-    def _drop(self) -> None:
-        sock, self._sock = self._sock, None
-        self._info = None
-        if sock is not None:
-            try:
-                sock.close()  # close(2) only: never shutdown(), a parent may share it
-            except OSError:
-                pass
-
-    def _mark_down(self, reason: str) -> None:
-        self._down_until = time.monotonic() + self._retry_after
-        self._down_reason = reason
-
-    def _reset_after_fork(self) -> None:
-        # The inherited connection belongs to the parent; forget it (closing
-        # our copy of the descriptor does not affect the parent's). The lock
-        # may have been held by a thread that does not exist here.
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        sock, self._sock = self._sock, None
-        self._info = None
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
-        self._down_until = 0.0
-
-
-def _remaining(deadline: float, path: str) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise CacheTimeoutError(f"pt2cached at {path} did not answer within the timeout")
-    return left
-
-
 def _ns(ns: str) -> bytes:
     raw = ns.encode("ascii", "replace") if isinstance(ns, str) else bytes(ns)
     if not _wire.NAMESPACE_RE.match(raw):
@@ -858,13 +562,6 @@ def _ttl_ms(ttl: Optional[float]) -> int:
     if math.isinf(ttl):
         return 0
     return min(max(1, math.ceil(ttl * 1000)), 0xFFFFFFFFFFFFFFFF)
-
-
-def _status_name(status: int) -> str:
-    try:
-        return Status(status).name
-    except ValueError:
-        return f"status 0x{status:02x}"
 
 
 _default_lock = threading.Lock()
