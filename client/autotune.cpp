@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "proto/bytes.hpp"
 #include "proto/python_json.hpp"
 
 #include <fmt/format.h>
@@ -14,25 +15,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 namespace at = proto::autotune;
-
-std::span<const std::byte> as_bytes(std::string_view text) {
-    return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
-}
-
-// `value` as a 64-bit integer (JSON true/false are not integers here).
-std::optional<std::int64_t> as_int64(const Json& value) {
-    if (value.is_number_unsigned()) {
-        const auto number = value.get<std::uint64_t>();
-        if (number > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-            return std::nullopt;
-        }
-        return static_cast<std::int64_t>(number);
-    }
-    if (value.is_number_integer()) {
-        return value.get<std::int64_t>();
-    }
-    return std::nullopt;
-}
 
 } // namespace
 
@@ -123,10 +105,10 @@ tl::expected<void, Error> AutotuneCache::write_entry(const std::string& key,
                                                      const std::string& json, bool in_bundle) {
     PutOptions options;
     options.bundle_token = in_bundle ? m_settings.bundle_token : std::nullopt;
-    auto stored = m_client->put(at::k_namespace, key, as_bytes(json), options);
+    auto stored = m_client->put(at::k_namespace, key, proto::as_bytes(json), options);
     if (!stored && options.bundle_token && drop_bad_token(stored.error())) {
         options.bundle_token.reset();
-        stored = m_client->put(at::k_namespace, key, as_bytes(json), options);
+        stored = m_client->put(at::k_namespace, key, proto::as_bytes(json), options);
     }
     if (!stored) {
         return tl::unexpected(std::move(stored.error()));
@@ -196,7 +178,7 @@ tl::expected<TritonConfig, std::string> config_from_value(const Json& value) {
             config.found_by_coordesc = item.get<bool>();
         } else if (name == "num_warps" || name == "num_stages" || name == "num_consumer_groups" ||
                    name == "num_buffers_warp_spec") {
-            const auto number = as_int64(item);
+            const auto number = at::as_int64(item);
             if (!number) {
                 return tl::unexpected(
                     fmt::format("config \"{}\" must be a 64-bit integer, not {}", name,

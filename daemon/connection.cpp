@@ -89,6 +89,17 @@ awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
     co_return !ec;
 }
 
+awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
+    // Plain statements: GCC 12 miscompiles (SIGILL) a co_await inside a
+    // short-circuit condition or a co_return of this awaitable<bool>.
+    const bool sent = co_await flush(batch);
+    if (!sent || m_context.stopping) {
+        co_return false;
+    }
+    const bool more = co_await read_more(hint);
+    co_return more;
+}
+
 awaitable<bool> Connection::flush(OutputBatch& batch) {
     if (batch.empty()) {
         co_return true;

@@ -31,6 +31,10 @@ public:
     awaitable<bool> read_more(std::size_t hint);
     // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error.
     awaitable<bool> read_exact(std::span<std::byte> out);
+    // Ends a batch of requests: writes the replies, then reads more requests
+    // (at least one byte, room for `hint`). False when the session is over:
+    // the peer left, or the daemon is stopping.
+    awaitable<bool> next_batch(OutputBatch& batch, std::size_t hint);
     // Writes and clears `batch`. False when the peer is gone.
     awaitable<bool> flush(OutputBatch& batch);
 

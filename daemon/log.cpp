@@ -24,16 +24,14 @@ spdlog::sink_ptr sink() {
 
 } // namespace
 
-void setup_logging(std::string_view level) {
-    std::lock_guard lock(g_mutex);
-    sink();
-    g_level = spdlog::level::from_str(std::string(level));
-    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(g_level); });
-    spdlog::set_level(g_level);
-}
-
 void set_log_level(std::string_view level) {
-    setup_logging(level);
+    {
+        std::lock_guard lock(g_mutex);
+        sink();
+        g_level = spdlog::level::from_str(std::string(level));
+        spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(g_level); });
+        spdlog::set_level(g_level);
+    }
     // Register every module's logger now, so that libraries which look theirs
     // up by name (the store) log with this sink and level.
     for (const char* module : {"daemon", "session", "resp", "store", "remote", "bundle"}) {

@@ -1,5 +1,5 @@
 // One named spdlog logger per module ("daemon", "session", "store", "resp",
-// "remote"), all sharing the sink and level set up by `setup_logging`.
+// "remote"), all sharing the sink and level set by `set_log_level`.
 #pragma once
 
 #include <memory>
@@ -10,9 +10,9 @@
 
 namespace pt2cache::daemon {
 
-// Logs to stderr; under systemd (JOURNAL_STREAM set) without timestamps,
-// since the journal adds its own.
-void setup_logging(std::string_view level);
+// Sets up (or changes) logging: stderr, without timestamps under systemd
+// (JOURNAL_STREAM set) since the journal adds its own, at `level`; every
+// module's logger is registered so libraries find theirs by name.
 void set_log_level(std::string_view level);
 
 spdlog::logger& logger(const std::string& module);

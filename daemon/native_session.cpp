@@ -120,8 +120,11 @@ awaitable<void> NativeSession::run() {
                 const std::size_t have = view.size() - proto::k_header_size;
                 std::memcpy(body->data(), view.data() + proto::k_header_size, have);
                 input.consume(view.size());
-                if (!co_await m_connection.flush(m_out) ||
-                    !co_await m_connection.read_exact(std::span(*body).subspan(have))) {
+                bool complete = co_await m_connection.flush(m_out);
+                if (complete) {
+                    complete = co_await m_connection.read_exact(std::span(*body).subspan(have));
+                }
+                if (!complete) {
                     logger("session").debug("[{}] peer left in the middle of a {} byte frame",
                                             m_connection.id(), header.length);
                     co_return;
@@ -143,10 +146,7 @@ awaitable<void> NativeSession::run() {
                 co_return;
             }
         }
-        if (!co_await m_connection.flush(m_out) || m_context.stopping) {
-            co_return;
-        }
-        if (!co_await m_connection.read_more(want)) {
+        if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
         }
     }

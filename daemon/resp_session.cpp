@@ -98,10 +98,7 @@ awaitable<void> RespSession::run() {
                 co_return;
             }
         }
-        if (!co_await m_connection.flush(m_out) || m_context.stopping) {
-            co_return;
-        }
-        if (!co_await m_connection.read_more(want)) {
+        if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
         }
     }

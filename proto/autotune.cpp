@@ -13,6 +13,20 @@
 
 namespace pt2cache::proto::autotune {
 
+std::optional<std::int64_t> as_int64(const nlohmann::ordered_json& value) {
+    if (value.is_number_unsigned()) {
+        const auto number = value.get<std::uint64_t>();
+        if (number > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+            return std::nullopt;
+        }
+        return static_cast<std::int64_t>(number);
+    }
+    if (value.is_number_integer()) {
+        return value.get<std::int64_t>();
+    }
+    return std::nullopt;
+}
+
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -27,20 +41,6 @@ tl::unexpected<std::string> field_error(std::string_view field, std::string_view
                                         const Json& got) {
     return tl::unexpected(
         fmt::format("best-config field \"{}\" must be {}, not {}", field, want, type_name(got)));
-}
-
-std::optional<std::int64_t> as_int64(const Json& value) {
-    if (value.is_number_unsigned()) {
-        const auto number = value.get<std::uint64_t>();
-        if (number > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-            return std::nullopt;
-        }
-        return static_cast<std::int64_t>(number);
-    }
-    if (value.is_number_integer()) {
-        return value.get<std::int64_t>();
-    }
-    return std::nullopt;
 }
 
 // A number as Python holds it: an exact integer (sign and magnitude) or a float.

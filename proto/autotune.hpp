@@ -82,6 +82,9 @@ BestConfig make_best_config(const TritonConfig& config, std::string configs_hash
                             bool has_warp_spec = false);
 
 // Lowercase hex SHA-256 of `data`.
+// A JSON integer as int64 (booleans and out-of-range numbers are not).
+std::optional<std::int64_t> as_int64(const nlohmann::ordered_json& value);
+
 std::string sha256_hex(std::string_view data);
 
 // `bytes.hex()`.

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -91,12 +92,17 @@ public:
         return bytes(std::as_bytes(std::span(text.data(), text.size())));
     }
 
+    // Length-prefixed strings. Callers check protocol limits first; a longer
+    // string is cut to what its length field can say, so the frame stays
+    // well-formed.
     ByteWriter& str8(std::string_view s) {
+        s = s.substr(0, std::numeric_limits<std::uint8_t>::max());
         integer(static_cast<std::uint8_t>(s.size()));
         return text(s);
     }
 
     ByteWriter& str16(std::string_view s) {
+        s = s.substr(0, std::numeric_limits<std::uint16_t>::max());
         integer(static_cast<std::uint16_t>(s.size()));
         return text(s);
     }

@@ -373,20 +373,26 @@ RedisConnection::read_reply(SteadyClock::time_point& deadline, const std::atomic
             }
             continue;
         }
-        if (got == 0) {
-            return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            return tl::make_unexpected(
-                fail(RedisErrorKind::io, fmt::format("read: {}", std::strerror(errno))));
-        }
-        if (auto ready = wait(POLLIN, deadline, abort); !ready) {
-            return tl::make_unexpected(std::move(ready.error()));
+        if (auto again = after_short_read(got, deadline, abort); !again) {
+            return tl::make_unexpected(std::move(again.error()));
         }
     }
+}
+
+tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got,
+                                                                 SteadyClock::time_point deadline,
+                                                                 const std::atomic<bool>* abort) {
+    if (got == 0) {
+        return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
+    }
+    if (errno == EINTR) {
+        return {};
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return tl::make_unexpected(
+            fail(RedisErrorKind::io, fmt::format("read: {}", std::strerror(errno))));
+    }
+    return wait(POLLIN, deadline, abort);
 }
 
 tl::expected<RedisReplyPtr, RedisError>
@@ -411,18 +417,8 @@ RedisConnection::read_bulk(std::size_t length, std::string_view first,
             }
             continue;
         }
-        if (got == 0) {
-            return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            return tl::make_unexpected(
-                fail(RedisErrorKind::io, fmt::format("read: {}", std::strerror(errno))));
-        }
-        if (auto ready = wait(POLLIN, deadline, abort); !ready) {
-            return tl::make_unexpected(std::move(ready.error()));
+        if (auto again = after_short_read(got, deadline, abort); !again) {
+            return tl::make_unexpected(std::move(again.error()));
         }
     }
     if (!tail.starts_with("\r\n")) {

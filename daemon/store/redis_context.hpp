@@ -148,6 +148,11 @@ private:
     tl::expected<RedisReplyPtr, RedisError> read_bulk(std::size_t length, std::string_view first,
                                                       SteadyClock::time_point& deadline,
                                                       const std::atomic<bool>* abort);
+    // After a read() that returned `got` <= 0: the error (end of stream, a
+    // failed read), or nothing once reading may be tried again (EINTR, or
+    // EAGAIN and the socket became readable before the deadline).
+    tl::expected<void, RedisError> after_short_read(ssize_t got, SteadyClock::time_point deadline,
+                                                    const std::atomic<bool>* abort);
     // Waits until the socket is ready for `events`, the deadline or an abort.
     tl::expected<void, RedisError> wait(short events, SteadyClock::time_point deadline,
                                         const std::atomic<bool>* abort);

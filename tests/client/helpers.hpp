@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/client.hpp"
+#include "client/pt2cache.h"
 #include "tests/support/daemon_process.hpp"
 
 #include <catch2/catch.hpp>
@@ -25,6 +26,16 @@ namespace pt2cache::tests {
             return;                                                                                \
         }                                                                                          \
     } while (false)
+
+// Closes a C API handle at the end of the scope.
+struct CapiHandle {
+    explicit CapiHandle(const char* path)
+        : client(pt2cache_open(path)) {}
+    ~CapiHandle() { pt2cache_close(client); }
+    CapiHandle(const CapiHandle&) = delete;
+    CapiHandle& operator=(const CapiHandle&) = delete;
+    pt2cache_client* client;
+};
 
 // `size` bytes that neither repeat nor compress well.
 inline client::Bytes pattern(std::size_t size, std::uint64_t seed = 1) {

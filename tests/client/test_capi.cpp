@@ -9,21 +9,13 @@
 
 #include <catch2/catch.hpp>
 
+using pt2cache::tests::CapiHandle;
 using pt2cache::tests::DaemonProcess;
 
-namespace {
-
-struct Handle {
-    explicit Handle(const char* path)
-        : client(pt2cache_open(path)) {}
-    ~Handle() { pt2cache_close(client); }
-    pt2cache_client* client;
-};
-
-} // namespace
+namespace {} // namespace
 
 TEST_CASE("C API: NULL arguments are PT2CACHE_E_INVALID", "[capi]") {
-    Handle handle("/nonexistent/pt2cache.sock");
+    CapiHandle handle("/nonexistent/pt2cache.sock");
     REQUIRE(handle.client != nullptr);
     pt2cache_client* c = handle.client;
     void* value = reinterpret_cast<void*>(0x1);
@@ -52,7 +44,7 @@ TEST_CASE("C API: NULL arguments are PT2CACHE_E_INVALID", "[capi]") {
 }
 
 TEST_CASE("C API: an absent daemon is PT2CACHE_E_UNREACHABLE", "[capi]") {
-    Handle handle("/nonexistent/pt2cache.sock");
+    CapiHandle handle("/nonexistent/pt2cache.sock");
     void* value = nullptr;
     size_t len = 0;
     CHECK(pt2cache_get(handle.client, "pgo", "k", 1, &value, &len) == PT2CACHE_E_UNREACHABLE);
@@ -66,7 +58,7 @@ TEST_CASE("C API: an absent daemon is PT2CACHE_E_UNREACHABLE", "[capi]") {
 TEST_CASE("C API: round trip", "[capi]") {
     PT2CACHE_REQUIRE_DAEMON();
     DaemonProcess daemon;
-    Handle handle(daemon.socket_path().c_str());
+    CapiHandle handle(daemon.socket_path().c_str());
     pt2cache_client* c = handle.client;
     const char key[] = {'k', '\0', 'y'};
     const std::string data = "compiled artifact";

@@ -11,16 +11,10 @@
 
 #include <catch2/catch.hpp>
 
+using pt2cache::tests::CapiHandle;
 using pt2cache::tests::DaemonProcess;
 
 namespace {
-
-struct Handle {
-    explicit Handle(const char* path)
-        : client(pt2cache_open(path)) {}
-    ~Handle() { pt2cache_close(client); }
-    pt2cache_client* client;
-};
 
 constexpr const char* k_candidates = R"([
     {"kwargs": {"XBLOCK": 64, "R0_BLOCK": 8}, "num_warps": 4, "num_stages": 1},
@@ -48,7 +42,7 @@ std::string last_error(pt2cache_client* c) {
 } // namespace
 
 TEST_CASE("C API autotune: NULLs and bad JSON are PT2CACHE_E_INVALID", "[capi][autotune]") {
-    Handle handle("/nonexistent/pt2cache.sock");
+    CapiHandle handle("/nonexistent/pt2cache.sock");
     pt2cache_client* c = handle.client;
     Params p;
     char* out = reinterpret_cast<char*>(0x1);
@@ -84,7 +78,7 @@ TEST_CASE("C API autotune: NULLs and bad JSON are PT2CACHE_E_INVALID", "[capi][a
 }
 
 TEST_CASE("C API autotune: configs_hash is Inductor's hash_configs", "[capi][autotune]") {
-    Handle handle("/nonexistent/pt2cache.sock");
+    CapiHandle handle("/nonexistent/pt2cache.sock");
     char hash[65];
     REQUIRE(pt2cache_autotune_configs_hash(handle.client, k_candidates, hash) == PT2CACHE_OK);
     CHECK(std::strlen(hash) == 64);
@@ -96,7 +90,7 @@ TEST_CASE("C API autotune: configs_hash is Inductor's hash_configs", "[capi][aut
 }
 
 TEST_CASE("C API autotune: an absent daemon is a miss", "[capi][autotune]") {
-    Handle handle("/nonexistent/pt2cache.sock");
+    CapiHandle handle("/nonexistent/pt2cache.sock");
     Params p;
     REQUIRE(pt2cache_autotune_configs_hash(handle.client, k_candidates, p.configs_hash) ==
             PT2CACHE_OK);
@@ -114,7 +108,7 @@ TEST_CASE("C API autotune: an absent daemon is a miss", "[capi][autotune]") {
 TEST_CASE("C API autotune: save, read_best and a bundle round trip", "[capi][autotune]") {
     PT2CACHE_REQUIRE_DAEMON();
     DaemonProcess daemon;
-    Handle handle(daemon.socket_path().c_str());
+    CapiHandle handle(daemon.socket_path().c_str());
     pt2cache_client* c = handle.client;
     Params p;
     REQUIRE(pt2cache_autotune_configs_hash(c, k_candidates, p.configs_hash) == PT2CACHE_OK);
