@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
 
@@ -37,6 +38,7 @@ PT2CACHE_SAME_STATUS(handshake_required);
 PT2CACHE_SAME_STATUS(storage_error);
 PT2CACHE_SAME_STATUS(unknown_token);
 PT2CACHE_SAME_STATUS(internal);
+PT2CACHE_SAME_STATUS(busy);
 #undef PT2CACHE_SAME_STATUS
 
 constexpr std::size_t k_read_buffer = 64u << 10;
@@ -192,8 +194,15 @@ tl::expected<void, Error> Client::handshake(Clock::time_point deadline) {
                         proto::HelloRequest{proto::k_version,
                                             proto::capability::ttl | proto::capability::bundle,
                                             m_options.client_name});
-    if (auto ok = send(frame, {}, deadline); !ok) {
-        return ok;
+    if (auto sent = socket::send_all(m_fd, frame, {}, deadline); !sent) {
+        // A refusing daemon may have closed before the HELLO went out: its
+        // reason is still there to read.
+        std::array<std::byte, 256> line{};
+        const ssize_t got = ::recv(m_fd, line.data(), line.size(), MSG_DONTWAIT);
+        if (got > 0 && line[0] == std::byte{'-'}) {
+            return tl::unexpected(refusal(std::span(line).first(static_cast<std::size_t>(got))));
+        }
+        return tl::unexpected(from_socket(std::move(sent.error())));
     }
     auto reply = read_reply(proto::Op::hello, id, k_max_hello_body, deadline);
     if (!reply) {
@@ -260,12 +269,27 @@ tl::expected<void, Error> Client::receive(std::span<std::byte> out, Clock::time_
     return {};
 }
 
+Error Client::refusal(std::span<const std::byte> head) {
+    // A daemon over its connection limits answers as Redis does, with one
+    // error line, and closes (docs/protocol.md, "Refusal").
+    std::string line(reinterpret_cast<const char*>(head.data()) + 1, head.size() - 1);
+    const std::size_t buffered = std::min<std::size_t>(m_in_end - m_in_pos, 200);
+    line.append(reinterpret_cast<const char*>(m_in.data() + m_in_pos), buffered);
+    line = line.substr(0, line.find('\r'));
+    return Error{
+        ErrorKind::unreachable, Status::internal,
+        fmt::format("pt2cached at {} refused the connection: {}", m_options.socket_path, line)};
+}
+
 tl::expected<Client::Reply, Error> Client::read_reply(proto::Op op, std::uint32_t id,
                                                       std::uint64_t max_body,
                                                       Clock::time_point deadline) {
     std::array<std::byte, proto::k_header_size> head;
     if (auto ok = receive(head, deadline); !ok) {
         return tl::unexpected(std::move(ok.error()));
+    }
+    if (head[0] == std::byte{'-'}) {
+        return tl::unexpected(fail(refusal(head)));
     }
     auto header = proto::decode_response_header(head);
     if (!header) {

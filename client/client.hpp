@@ -73,6 +73,7 @@ enum class Status : std::uint8_t {
     storage_error = 0x17,
     unknown_token = 0x18,
     internal = 0x19,
+    busy = 0x1A, // no room in the daemon's in-flight budget; try again
 };
 
 // "OK", "MISS", "KEY_TOO_LONG"...
@@ -227,6 +228,9 @@ private:
                                    std::chrono::steady_clock::time_point deadline);
     tl::expected<void, Error> receive(std::span<std::byte> out,
                                       std::chrono::steady_clock::time_point deadline);
+    // The error for a refusal line ("-ERR max number of clients reached")
+    // whose first bytes are `head`.
+    Error refusal(std::span<const std::byte> head);
     tl::expected<Reply, Error> read_reply(proto::Op op, std::uint32_t id, std::uint64_t max_body,
                                           std::chrono::steady_clock::time_point deadline);
     tl::expected<void, Error> check_key(std::string_view ns, std::string_view key) const;

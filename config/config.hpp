@@ -26,12 +26,15 @@ std::string_view source_name(Source source);
 
 struct Config {
     // [daemon]
-    std::string socket_path;                     // see default_socket_path()
-    std::string log_level = "info";              // trace|debug|info|warn|error|critical|off
-    unsigned io_threads = 2;                     // 1..64, Asio threads
-    unsigned blocking_threads = 4;               // 1..256, disk/remote worker threads
-    std::uint64_t idle_exit_s = 0;               // 0 = never exit when idle
-    std::uint64_t max_value_size = 512ull << 20; // 1 .. 4 GiB-1
+    std::string socket_path;                       // see default_socket_path()
+    std::string log_level = "info";                // trace|debug|info|warn|error|critical|off
+    unsigned io_threads = 2;                       // 1..64, Asio threads
+    unsigned blocking_threads = 4;                 // 1..256, disk/remote worker threads
+    std::uint64_t idle_exit_s = 0;                 // 0 = never exit when idle
+    std::uint64_t max_value_size = 512ull << 20;   // 1 .. 4 GiB-1
+    unsigned max_connections = 1024;               // clients served at once; more are refused
+    unsigned max_connections_per_process = 256;    // per client process (SO_PEERCRED pid)
+    std::uint64_t max_inflight_bytes = 2ull << 30; // request bytes being received, all clients
     // [memory]
     std::uint64_t memory_max_size = 256ull << 20; // 0 disables the memory tier
     // [disk]

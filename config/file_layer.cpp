@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "config/layers.hpp"
 #include "config/values.hpp"
@@ -96,6 +95,9 @@ tl::expected<Value, std::string> convert(const Setting& setting, const toml::nod
     return got("expected a value");
 }
 
+// A configuration is a few hundred bytes; this is far beyond any real one.
+constexpr std::size_t k_max_config_file = 1 << 20;
+
 tl::expected<std::string, ConfigError> read_text(const std::string& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
@@ -105,12 +107,19 @@ tl::expected<std::string, ConfigError> read_text(const std::string& path) {
     if (!in) {
         return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
     }
-    std::ostringstream text;
-    text << in.rdbuf();
+    // Read at most one byte past the limit, whatever the file claims to be
+    // (a FIFO or /dev/zero has no size to trust).
+    std::string text(k_max_config_file + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
     if (in.bad()) {
         return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
     }
-    return std::move(text).str();
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (text.size() > k_max_config_file) {
+        return fail(
+            fmt::format("{}: the config file is larger than {} bytes", path, k_max_config_file));
+    }
+    return text;
 }
 
 } // namespace

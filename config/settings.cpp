@@ -38,6 +38,12 @@ constexpr std::array k_settings = {
     Setting{.key = "daemon.idle_exit_s", .kind = Kind::integer, .field = &Config::idle_exit_s},
     Setting{.key = "daemon.max_value_size", .kind = Kind::size, .field = &Config::max_value_size,
             .min = 1, .max = k_max_value_size},
+    Setting{.key = "daemon.max_connections", .kind = Kind::integer,
+            .field = &Config::max_connections, .min = 1, .max = 1'000'000},
+    Setting{.key = "daemon.max_connections_per_process", .kind = Kind::integer,
+            .field = &Config::max_connections_per_process, .min = 1, .max = 1'000'000},
+    Setting{.key = "daemon.max_inflight_bytes", .kind = Kind::size,
+            .field = &Config::max_inflight_bytes, .min = 1 << 20},
     // [memory]
     Setting{.key = "memory.max_size", .kind = Kind::size, .field = &Config::memory_max_size},
     // [disk]

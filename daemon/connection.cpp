@@ -14,15 +14,31 @@ namespace pt2cache::daemon {
 Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     : m_socket(std::move(socket))
     , m_context(context)
-    , m_id(id) {}
+    , m_id(id)
+    , m_lease(context.inflight) {
+    socklen_t len = sizeof m_peer;
+    m_peer_known =
+        ::getsockopt(m_socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &m_peer, &len) == 0;
+    if (!m_peer_known) {
+        m_peer.pid = -1;
+    }
+}
+
+void Connection::refuse(std::string_view error) {
+    boost::system::error_code ignored;
+    m_socket.non_blocking(true, ignored);
+    const std::string line = fmt::format("-{}\r\n", error);
+    m_socket.write_some(asio::buffer(line), ignored);
+    m_socket.shutdown(UnixSocket::shutdown_both, ignored);
+    m_socket.close(ignored);
+}
 
 bool Connection::peer_allowed() {
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(m_socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-        logger("session").warn("[{}] SO_PEERCRED failed: {}", m_id, std::strerror(errno));
+    if (!m_peer_known) {
+        logger("session").warn("[{}] SO_PEERCRED failed", m_id);
         return false;
     }
+    const ucred& cred = m_peer;
     if (cred.uid != ::geteuid()) {
         logger("session").warn("[{}] refused a connection from uid {} (pid {}): pt2cached "
                                "serves only uid {}",
@@ -69,9 +85,33 @@ void Connection::shutdown_read() {
     ::shutdown(m_socket.native_handle(), SHUT_RD);
 }
 
+awaitable<bool> Connection::lease_input() {
+    const std::uint64_t beyond_base =
+        m_input.capacity() > InputBuffer::k_base ? m_input.capacity() - InputBuffer::k_base : 0;
+    if (beyond_base <= m_lease.bytes()) {
+        m_lease.resize_down(beyond_base);
+        co_return true;
+    }
+    const bool granted = co_await m_lease.grow_to(beyond_base, k_inflight_patience);
+    co_return granted;
+}
+
 awaitable<bool> Connection::read_more(std::size_t hint) {
     boost::system::error_code ec;
     auto space = m_input.prepare(std::max<std::size_t>(hint, 4096));
+    // Every byte of capacity beyond the base comes out of the daemon-wide
+    // budget; the buffer only grows with what arrives (sessions ask for at
+    // most about double what they hold), never with what a length claims.
+    const bool leased = co_await lease_input();
+    if (!leased) {
+        m_refused_for_memory = true;
+        m_context.stats.daemon().inflight_refused++;
+        logger("session").warn("[{}] no room in daemon.max_inflight_bytes ({} of {} bytes in use) "
+                               "for a {} byte input buffer within {} s; closing",
+                               m_id, m_context.inflight.in_use(), m_context.inflight.limit(),
+                               m_input.capacity(), k_inflight_patience.count() / 1000);
+        co_return false;
+    }
     const auto n =
         co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
     if (ec || n == 0) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
+#include <sys/socket.h>
 
 #include "daemon/asio.hpp"
 #include "daemon/context.hpp"
@@ -19,6 +21,12 @@ public:
     // it, or the daemon stops.
     awaitable<void> run();
 
+    // The client process (SO_PEERCRED); -1 when unknown.
+    pid_t peer_pid() const { return m_peer.pid; }
+    // Turns the connection away before serving it: sends `error` as a RESP
+    // error line (best effort, never blocking) and closes.
+    void refuse(std::string_view error);
+
     // Makes a pending read see end-of-file; replies in flight still go out.
     void shutdown_read();
 
@@ -27,8 +35,14 @@ public:
     InputBuffer& input() { return m_input; }
 
     // Reads at least one more byte into input(), growing it for `hint` bytes.
-    // False on end-of-file or error.
+    // False on end-of-file or error, and when the input buffer could not grow
+    // within the daemon's in-flight budget (see refused_for_memory()).
     awaitable<bool> read_more(std::size_t hint);
+    // Whether the last read_more() failed for want of in-flight budget.
+    bool refused_for_memory() const { return m_refused_for_memory; }
+    // The in-flight budget this connection holds (its input buffer beyond
+    // the base size, and large bodies being received).
+    InflightLease& lease() { return m_lease; }
     // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error.
     awaitable<bool> read_exact(std::span<std::byte> out);
     // Ends a batch of requests: writes the replies, then reads more requests
@@ -40,11 +54,17 @@ public:
 
 private:
     bool peer_allowed();
+    // Brings the lease in line with the input buffer's capacity.
+    awaitable<bool> lease_input();
 
     UnixSocket m_socket;
     Context& m_context;
     std::uint64_t m_id;
+    ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
+    bool m_peer_known = false;
     InputBuffer m_input;
+    InflightLease m_lease;
+    bool m_refused_for_memory = false;
 };
 
 } // namespace pt2cache::daemon

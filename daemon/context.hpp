@@ -5,13 +5,16 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sys/types.h>
 
 #include "config/config.hpp"
 #include "daemon/asio.hpp"
 #include "daemon/bundles.hpp"
+#include "daemon/inflight_budget.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/store.hpp"
 #include "proto/frame.hpp"
@@ -32,23 +35,36 @@ struct Context {
     std::atomic<std::uint64_t> max_value{proto::k_default_max_value};
     std::atomic<bool> stopping{false};
     std::atomic<std::int64_t> last_activity_ms{0};
+    // Request bytes being received, all connections (daemon.max_inflight_bytes).
+    InflightBudget inflight;
 
     proto::Limits limits() const { return proto::Limits{max_value.load()}; }
     void touch();
 };
 
-// Live connections, so that shutdown can stop their reads.
+// Live connections, so that shutdown can stop their reads, and the limits
+// on how many there may be.
 class ConnectionRegistry {
 public:
-    void add(const std::shared_ptr<Connection>& connection);
+    enum class Admission { admitted, over_total, over_process };
+
+    // Records `connection` from client process `pid` unless that would pass
+    // `max_total` connections, or `max_per_process` from that process.
+    Admission add(const std::shared_ptr<Connection>& connection, pid_t pid, unsigned max_total,
+                  unsigned max_per_process);
     void remove(const Connection* connection);
     // Stops reading on every connection: requests already received finish.
     void shutdown_reads();
     std::size_t size() const;
 
 private:
+    struct Entry {
+        std::weak_ptr<Connection> connection;
+        pid_t pid;
+    };
     mutable std::mutex m_mutex;
-    std::map<const Connection*, std::weak_ptr<Connection>> m_connections;
+    std::map<const Connection*, Entry> m_connections;
+    std::map<pid_t, unsigned> m_per_process;
 };
 
 } // namespace pt2cache::daemon

@@ -15,8 +15,14 @@ namespace pt2cache::daemon {
 
 class InputBuffer {
 public:
-    explicit InputBuffer(std::size_t initial = 16 * 1024)
+    // What every connection may hold without taking from the daemon's
+    // in-flight budget.
+    static constexpr std::size_t k_base = 16 * 1024;
+
+    explicit InputBuffer(std::size_t initial = k_base)
         : m_bytes(initial) {}
+
+    std::size_t capacity() const { return m_bytes.size(); }
 
     std::span<const std::byte> readable() const {
         return std::span(m_bytes).subspan(m_begin, m_end - m_begin);
@@ -52,7 +58,8 @@ public:
     void commit(std::size_t count) { m_end += count; }
 
 private:
-    static constexpr std::size_t k_keep = 256 * 1024;
+    // An idle connection keeps no more than a new one (a fixed, small cost).
+    static constexpr std::size_t k_keep = k_base;
 
     std::vector<std::byte> m_bytes;
     std::size_t m_begin = 0;
@@ -77,6 +84,10 @@ public:
     void clear() {
         m_bytes.clear();
         m_blobs.clear();
+        // Large replies (PING echoes, STATS, LIST pages) leave no lasting cost.
+        if (m_bytes.capacity() > k_keep) {
+            m_bytes.shrink_to_fit();
+        }
     }
 
     // The gathered buffers for one write; valid until the next change.
@@ -98,6 +109,8 @@ public:
     }
 
 private:
+    static constexpr std::size_t k_keep = 16 * 1024;
+
     struct Segment {
         std::size_t offset; // position in m_bytes where the blob goes
         store::Blob blob;

@@ -5,6 +5,7 @@
 
 #include "daemon/bundles.hpp"
 #include "daemon/connection.hpp"
+#include "daemon/fetch.hpp"
 #include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 #include "daemon/stats_report.hpp"
@@ -22,6 +23,8 @@ using proto::Status;
 // Frames up to this size are parsed in the input buffer; larger ones (big
 // PUTs) are read straight into a buffer of their own that the store keeps.
 constexpr std::size_t k_inline_frame = 64 * 1024;
+// A large frame's buffer grows by at least this much per step.
+constexpr std::size_t k_body_step = 1 << 20;
 
 constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
 
@@ -59,6 +62,14 @@ private:
     // Handles one request; false when the connection must close afterwards.
     awaitable<bool> handle(const proto::Header& header, std::span<const std::byte> body,
                            const Owner& owner);
+    // Receives the body of a large frame, `first` being what the input
+    // buffer already holds, into a buffer that grows with the bytes that
+    // arrive (never from the header's length alone), each step taken from
+    // the daemon's in-flight budget through `lease`. Null when the peer left
+    // or the budget had no room (then an error reply is queued).
+    awaitable<std::shared_ptr<std::vector<std::byte>>>
+    receive_body(const proto::Header& header, std::span<const std::byte> first,
+                 InflightLease& lease);
     awaitable<bool> handle_get(const proto::Header& header, std::span<const std::byte> body);
     awaitable<bool> handle_put(const proto::Header& header, std::span<const std::byte> body,
                                const Owner& owner);
@@ -115,18 +126,13 @@ awaitable<void> NativeSession::run() {
                 if (header.length <= k_inline_frame) {
                     break;
                 }
-                // Allocated only now that the length passed the op's limit.
-                auto body = std::make_shared<std::vector<std::byte>>(header.length);
-                const std::size_t have = view.size() - proto::k_header_size;
-                std::memcpy(body->data(), view.data() + proto::k_header_size, have);
-                input.consume(view.size());
-                bool complete = co_await m_connection.flush(m_out);
-                if (complete) {
-                    complete = co_await m_connection.read_exact(std::span(*body).subspan(have));
-                }
-                if (!complete) {
-                    logger("session").debug("[{}] peer left in the middle of a {} byte frame",
-                                            m_connection.id(), header.length);
+                InflightLease body_lease(m_context.inflight);
+                const auto first = view.subspan(proto::k_header_size);
+                const std::size_t have = first.size();
+                auto body = co_await receive_body(header, first, body_lease);
+                input.consume(have + proto::k_header_size);
+                if (!body) {
+                    co_await m_connection.flush(m_out);
                     co_return;
                 }
                 const bool keep = co_await handle(header, *body, body);
@@ -150,6 +156,50 @@ awaitable<void> NativeSession::run() {
             co_return;
         }
     }
+}
+
+awaitable<std::shared_ptr<std::vector<std::byte>>>
+NativeSession::receive_body(const proto::Header& header, std::span<const std::byte> first,
+                            InflightLease& lease) {
+    const std::size_t length = header.length;
+    auto body = std::make_shared<std::vector<std::byte>>(first.begin(), first.end());
+    // Replies already due go out before a long receive.
+    const bool flushed = co_await m_connection.flush(m_out);
+    if (!flushed) {
+        co_return nullptr;
+    }
+    std::size_t filled = first.size();
+    while (filled < length) {
+        // At most double what arrived, and at least a step: memory follows
+        // the bytes received, and large values need few reallocations. When
+        // the budget is tight, one step at a time (waiting for room).
+        std::size_t target = std::min(length, std::max(filled * 2, filled + k_body_step));
+        bool granted = co_await lease.grow_to(target, std::chrono::milliseconds(0));
+        if (!granted) {
+            target = std::min(length, filled + k_body_step);
+            granted = co_await lease.grow_to(target, k_inflight_patience);
+        }
+        if (!granted) {
+            m_context.stats.daemon().inflight_refused++;
+            fail(header,
+                 {Status::busy,
+                  fmt::format("the daemon is receiving too many large requests: no room for "
+                              "this {} byte frame in daemon.max_inflight_bytes ({} bytes) within "
+                              "{} s; try again",
+                              length, m_context.inflight.limit(),
+                              k_inflight_patience.count() / 1000)});
+            co_return nullptr;
+        }
+        body->resize(target);
+        const bool complete = co_await m_connection.read_exact(std::span(*body).subspan(filled));
+        if (!complete) {
+            logger("session").debug("[{}] peer left in the middle of a {} byte frame",
+                                    m_connection.id(), length);
+            co_return nullptr;
+        }
+        filled = target;
+    }
+    co_return body;
 }
 
 bool NativeSession::fail(const proto::Header& header, const proto::Error& error) {
@@ -244,14 +294,11 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
         co_return fail(header, unknown_token(*token));
     }
     const auto [ns, key] = request->target;
-    auto entry = store().get_memory(ns, key);
-    if (!entry) {
-        auto found = co_await offload(pool(), [&] { return store().get(ns, key); });
-        if (!found) {
-            co_return fail(header, {Status::storage_error, found.error().message});
-        }
-        entry = std::move(*found);
+    auto found = co_await fetch(m_context, ns, key);
+    if (!found) {
+        co_return fail(header, {Status::storage_error, found.error().message});
     }
+    auto& entry = *found;
     if (!entry) {
         reply(header, Status::miss);
         co_return true;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "daemon/connection.hpp"
+#include "daemon/fetch.hpp"
 #include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 #include "proto/frame.hpp"
@@ -18,6 +19,9 @@ namespace pt2cache::daemon {
 namespace {
 
 using proto::resp::Writer;
+
+// What a command may hold beyond its value (command name, key, options).
+constexpr std::uint64_t k_command_slack = 1 << 20;
 
 std::string upper(std::string_view text) {
     std::string out(text);
@@ -59,18 +63,31 @@ RespSession::RespSession(Connection& connection)
 awaitable<void> RespSession::run() {
     auto& input = m_connection.input();
     std::size_t want = 0;
+    // The next parse waits until the input holds this much: the parser's
+    // lower bound for the incomplete command (see parse_command).
+    std::size_t parse_at = 1;
     for (;;) {
-        while (input.size() > 0) {
+        while (input.size() >= parse_at) {
             const auto max_value = m_context.max_value.load();
             const proto::resp::Limits limits{std::max(proto::resp::k_max_bulk, max_value),
                                              max_value};
             auto result = proto::resp::parse_command(input.readable(), limits);
             if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {
-                // Grow by what actually arrives (at most doubling per read),
-                // never by what a length claims: a client that announces
-                // 500 MiB and sends nothing must not cost 500 MiB.
-                want = std::min(need->bytes, std::max<std::size_t>(input.size(), 64 * 1024));
-                break;
+                // One command may hold a value and a little more; anything
+                // longer is not a command this front door serves.
+                if (input.size() + need->bytes > max_value + k_command_slack) {
+                    result = proto::resp::ProtocolError{
+                        fmt::format("command longer than max_value_size + {} bytes "
+                                    "(the query buffer limit)",
+                                    k_command_slack)};
+                } else {
+                    // Grow by what actually arrives (at most doubling per
+                    // read), never by what a length claims: a client that
+                    // announces 500 MiB and sends nothing must not cost 500 MiB.
+                    want = std::min(need->bytes, std::max<std::size_t>(input.size(), 64 * 1024));
+                    parse_at = input.size() + need->bytes;
+                    break;
+                }
             }
             if (auto* error = std::get_if<proto::resp::ProtocolError>(&result)) {
                 m_context.stats.daemon().protocol_errors++;
@@ -93,12 +110,14 @@ awaitable<void> RespSession::run() {
             const auto next = command.args.empty() ? Next::keep : co_await execute(command.args);
             input.consume(command.consumed);
             want = 0;
+            parse_at = 1;
             if (next == Next::close) {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
         }
-        if (!co_await m_connection.next_batch(m_out, want)) {
+        const bool more = co_await m_connection.next_batch(m_out, want);
+        if (!more) {
             co_return;
         }
     }
@@ -287,16 +306,11 @@ awaitable<RespSession::Next> RespSession::get(Args args) {
         reply.null(); // nothing that long can have been stored
         co_return Next::keep;
     }
-    auto& store = *m_context.store;
-    auto entry = store.get_memory(mapped->ns, mapped->key);
-    if (!entry) {
-        auto found = co_await offload(*m_context.blocking,
-                                      [&] { return store.get(mapped->ns, mapped->key); });
-        if (!found) {
-            co_return refuse("GET", found.error().message);
-        }
-        entry = std::move(*found);
+    auto found = co_await fetch(m_context, mapped->ns, mapped->key);
+    if (!found) {
+        co_return refuse("GET", found.error().message);
     }
+    auto& entry = *found;
     if (!entry) {
         reply.null();
         co_return Next::keep;
@@ -389,8 +403,9 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
     std::vector<std::size_t> missing;
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (const auto mapped = map_key(args[i])) {
-            entries[i - 1] = store.get_memory(mapped->ns, mapped->key);
-            if (!entries[i - 1]) {
+            if (auto quick = store.get_quick(mapped->ns, mapped->key)) {
+                entries[i - 1] = std::move(*quick);
+            } else {
                 missing.push_back(i);
             }
         }

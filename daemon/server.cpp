@@ -22,20 +22,42 @@ void Context::touch() {
     last_activity_ms.store(store::now_ms(), std::memory_order_relaxed);
 }
 
-void ConnectionRegistry::add(const std::shared_ptr<Connection>& connection) {
+ConnectionRegistry::Admission ConnectionRegistry::add(const std::shared_ptr<Connection>& connection,
+                                                      pid_t pid, unsigned max_total,
+                                                      unsigned max_per_process) {
     std::lock_guard lock(m_mutex);
-    m_connections.emplace(connection.get(), connection);
+    if (m_connections.size() >= max_total) {
+        return Admission::over_total;
+    }
+    auto& from_process = m_per_process[pid];
+    if (from_process >= max_per_process) {
+        if (from_process == 0) {
+            m_per_process.erase(pid);
+        }
+        return Admission::over_process;
+    }
+    ++from_process;
+    m_connections.emplace(connection.get(), Entry{connection, pid});
+    return Admission::admitted;
 }
 
 void ConnectionRegistry::remove(const Connection* connection) {
     std::lock_guard lock(m_mutex);
-    m_connections.erase(connection);
+    const auto found = m_connections.find(connection);
+    if (found == m_connections.end()) {
+        return;
+    }
+    const auto process = m_per_process.find(found->second.pid);
+    if (process != m_per_process.end() && --process->second == 0) {
+        m_per_process.erase(process);
+    }
+    m_connections.erase(found);
 }
 
 void ConnectionRegistry::shutdown_reads() {
     std::lock_guard lock(m_mutex);
-    for (auto& [_, weak] : m_connections) {
-        if (auto connection = weak.lock()) {
+    for (auto& [_, entry] : m_connections) {
+        if (auto connection = entry.connection.lock()) {
             connection->shutdown_read();
         }
     }
@@ -68,6 +90,7 @@ public:
 private:
     void listen();
     awaitable<void> accept_loop();
+    void refuse(Connection& connection, ConnectionRegistry::Admission why);
     void wait_for_signal();
     void reload();
     void stop(std::string_view why);
@@ -90,6 +113,7 @@ private:
     std::unique_ptr<InstanceLock> m_lock;
     fs::path m_bound_path; // unlinked at exit when we created it
     std::uint64_t m_next_id = 0;
+    std::chrono::steady_clock::time_point m_last_refusal_log{};
 };
 
 int Server::run() {
@@ -104,6 +128,12 @@ int Server::run() {
     // A bare file name means the current directory; keep it absolute from here.
     m_context.config.socket_path = fs::absolute(config.socket_path).string();
     m_context.max_value = config.max_value_size;
+    m_context.inflight.set_limit(config.max_inflight_bytes);
+    std::string fit_warning;
+    m_context.config.max_connections = fit_connection_limit(config.max_connections, fit_warning);
+    if (!fit_warning.empty()) {
+        log.warn("{}", fit_warning);
+    }
     m_context.blocking = &m_blocking;
     m_context.store = make_store(m_context.config, m_context.stats);
     set_bundle_timeout(config.bundle_idle_timeout_s);
@@ -171,7 +201,13 @@ awaitable<void> Server::accept_loop() {
             continue;
         }
         auto connection = std::make_shared<Connection>(std::move(socket), m_context, ++m_next_id);
-        m_registry.add(connection);
+        const auto admission =
+            m_registry.add(connection, connection->peer_pid(), m_context.config.max_connections,
+                           m_context.config.max_connections_per_process);
+        if (admission != ConnectionRegistry::Admission::admitted) {
+            refuse(*connection, admission);
+            continue;
+        }
         asio::co_spawn(
             executor,
             [this, connection]() -> awaitable<void> {
@@ -180,6 +216,27 @@ awaitable<void> Server::accept_loop() {
             },
             asio::detached);
     }
+}
+
+void Server::refuse(Connection& connection, ConnectionRegistry::Admission why) {
+    m_context.stats.daemon().connections_over_limit++;
+    const bool total = why == ConnectionRegistry::Admission::over_total;
+    // Rate-limited: a flood of connections must not become a flood of logs.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - m_last_refusal_log >= std::chrono::seconds(1)) {
+        m_last_refusal_log = now;
+        logger("daemon").warn(
+            "refused a connection from pid {}: {} (daemon.{} = {}); "
+            "{} refused so far",
+            connection.peer_pid(), total ? "too many connections" : "too many from that process",
+            total ? "max_connections" : "max_connections_per_process",
+            total ? m_context.config.max_connections : m_context.config.max_connections_per_process,
+            m_context.stats.daemon().connections_over_limit.load());
+    }
+    // Redis's own refusal: RESP clients show it as an error, and the native
+    // clients recognise a leading '-' as a refusal (docs/protocol.md).
+    connection.refuse(total ? "ERR max number of clients reached"
+                            : "ERR max number of clients per process reached");
 }
 
 void Server::wait_for_signal() {
@@ -217,6 +274,9 @@ void Server::reload() {
         {fresh.disk_write_mode != old.disk_write_mode, "disk.write_mode"},
         {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
         {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
+        {fresh.max_connections != m_loaded.config.max_connections ||
+             fresh.max_connections_per_process != old.max_connections_per_process,
+         "daemon.max_connections/max_connections_per_process"},
         {fresh.resp_password != old.resp_password, "resp.password"},
         // The Redis pool and its queue were built from these.
         {fresh.redis_host != old.redis_host || fresh.redis_port != old.redis_port ||
@@ -241,6 +301,7 @@ void Server::reload() {
     }
     set_log_level(fresh.log_level);
     m_context.max_value = fresh.max_value_size;
+    m_context.inflight.set_limit(fresh.max_inflight_bytes);
     m_context.store->set_policy(store_policy(fresh));
     set_bundle_timeout(fresh.bundle_idle_timeout_s);
     for (const auto& warning : loaded->warnings) {

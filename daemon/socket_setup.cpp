@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -139,6 +140,32 @@ int bind_listener(const fs::path& path) {
         throw Fatal(fmt::format("cannot listen on {}: {}", path.string(), errno_text()));
     }
     return fd;
+}
+
+unsigned fit_connection_limit(unsigned wanted, std::string& warning) {
+    // Descriptors the daemon needs besides its clients: the listener, disk
+    // entries open at once (one per worker), Redis connections, logs.
+    constexpr rlim_t k_reserve = 128;
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+        return wanted;
+    }
+    if (limit.rlim_cur < limit.rlim_max) {
+        rlimit raised = limit;
+        raised.rlim_cur = limit.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+            limit = raised;
+        }
+    }
+    if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted + k_reserve) {
+        return wanted;
+    }
+    const auto fits = static_cast<unsigned>(
+        limit.rlim_cur > 2 * k_reserve ? limit.rlim_cur - k_reserve : limit.rlim_cur / 2);
+    warning = fmt::format("daemon.max_connections = {} does not fit the descriptor limit ({}): "
+                          "serving at most {} connections",
+                          wanted, limit.rlim_cur, fits);
+    return fits;
 }
 
 } // namespace pt2cache::daemon

@@ -45,6 +45,12 @@ void prepare_socket_directory(const std::filesystem::path& directory);
 // Fatal if systemd passed something other than one Unix stream socket.
 std::optional<int> inherited_listener();
 
+// Raises the soft descriptor limit to the hard one and returns how many
+// client connections fit in it: `wanted`, or fewer when the limit less a
+// reserve (listener, cache files, Redis, logs) is smaller, in which case
+// `warning` says so.
+unsigned fit_connection_limit(unsigned wanted, std::string& warning);
+
 // Binds and listens on `path` with mode 0600, replacing a stale socket file.
 // Returns the listening descriptor.
 int bind_listener(const std::filesystem::path& path);

@@ -15,6 +15,8 @@ nlohmann::json stats_report(Context& context) {
     report["cache_dir"] = context.config.cache_dir;
     report["force_disable_caches"] = context.store->policy()->force_disable;
     report["tiers"] = context.store->tier_summary();
+    report["daemon"]["inflight_bytes"] = context.inflight.in_use();
+    report["daemon"]["inflight_limit"] = context.inflight.limit();
     if (const auto* remote = dynamic_cast<const store::RedisTier*>(context.store->remote_tier())) {
         const auto policy = context.store->policy();
         auto& tier = report["tiers"]["remote"];

@@ -62,6 +62,8 @@ std::string_view status_name(Status status) {
         return "UNKNOWN_TOKEN";
     case Status::internal:
         return "INTERNAL";
+    case Status::busy:
+        return "BUSY";
     }
     return "UNKNOWN_STATUS";
 }

@@ -57,6 +57,7 @@ enum class Status : std::uint8_t {
     storage_error = 0x17,
     unknown_token = 0x18,
     internal = 0x19,
+    busy = 0x1A,
 };
 
 namespace capability {

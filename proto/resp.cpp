@@ -109,9 +109,17 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
     // Reserve by what the buffer could hold, never by the claimed count:
     // each argument takes at least 6 bytes ("$0\r\n\r\n").
     command.args.reserve(std::min<std::size_t>(count, (text.size() - pos) / 6 + 1));
+    // NeedMore asks for a lower bound of what the command still lacks (each
+    // missing argument takes at least 6 bytes), so that the caller parses
+    // again only once that much has arrived: a command of a million
+    // arguments arriving in pieces costs a few parses, not one per read.
+    const auto still_needed = [&](std::int64_t from, std::size_t at_least) {
+        const auto rest = static_cast<std::size_t>(count - from);
+        return NeedMore{std::max<std::size_t>(1, at_least + rest * 6)};
+    };
     for (std::int64_t i = 0; i < count; ++i) {
         if (pos >= text.size()) {
-            return NeedMore{};
+            return still_needed(i, 0);
         }
         if (text[pos] != '$') {
             return ProtocolError{fmt::format("expected '$', got '{}'", text[pos])};
@@ -121,7 +129,10 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
             if (text.size() - pos > k_max_inline) {
                 return ProtocolError{"too big bulk count string"};
             }
-            return NeedMore{};
+            // "$<digits>" has arrived in part: the rest of this argument's
+            // minimal 6 bytes, then the others'.
+            return still_needed(
+                i + 1, std::max<std::size_t>(1, 6 - std::min<std::size_t>(6, text.size() - pos)));
         }
         std::int64_t length = 0;
         if (!parse_int(text.substr(pos + 1, eol - pos - 1), length) || length < 0 ||
@@ -134,7 +145,7 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         pos = eol + 2;
         const auto need = pos + std::size_t(length) + 2;
         if (text.size() < need) {
-            return NeedMore{need - text.size()};
+            return still_needed(i + 1, need - text.size());
         }
         if (text.substr(pos + length, 2) != "\r\n") {
             return ProtocolError{"expected CRLF after bulk string"};

@@ -91,6 +91,15 @@ tl::expected<FixedHeader, std::string> parse_fixed_header(std::span<const std::b
     if (header.ns_size == 0) {
         return tl::make_unexpected(std::string("bad length: empty namespace"));
     }
+    // No value the daemon accepts is larger (daemon.max_value_size < 4 GiB):
+    // a file claiming more is not ours, and its length must never size a
+    // buffer.
+    if (header.value_size > k_entry_max_value_size ||
+        header.payload_size > k_entry_max_value_size) {
+        return tl::make_unexpected(
+            fmt::format("bad length: value length {} / payload length {} over the {} byte limit",
+                        header.value_size, header.payload_size, k_entry_max_value_size));
+    }
     if (header.compressed()) {
         if (header.payload_size == 0 ||
             header.value_size > zstd_max_content_size(header.payload_size)) {

@@ -48,6 +48,8 @@ inline constexpr std::size_t k_entry_header_size = 43;
 inline constexpr std::size_t k_entry_trailer_size = 8;
 inline constexpr std::size_t k_entry_max_ns_size = 255;
 inline constexpr std::size_t k_entry_max_key_size = 65535;
+// The largest value an entry may hold (daemon.max_value_size is below it).
+inline constexpr std::uint64_t k_entry_max_value_size = 4ull << 30;
 // The most bytes `decode_header` can need.
 inline constexpr std::size_t k_entry_max_head_size =
     k_entry_header_size + k_entry_max_ns_size + k_entry_max_key_size;

@@ -85,6 +85,11 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     m_erased_while_scanning = {};
 }
 
+bool DiskIndex::contains(const Hash128& id) const {
+    std::lock_guard lock(m_mutex);
+    return m_map.contains(id);
+}
+
 std::size_t DiskIndex::count() const {
     std::lock_guard lock(m_mutex);
     return m_map.size();

@@ -53,6 +53,8 @@ public:
 
     std::uint64_t total_bytes() const { return m_total.load(std::memory_order_relaxed); }
     std::size_t count() const;
+    // Whether a file of `id` is known (recorded, or found by the scan).
+    bool contains(const Hash128& id) const;
 
 private:
     struct Node {

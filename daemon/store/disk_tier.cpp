@@ -107,6 +107,19 @@ void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, con
     }
 }
 
+bool DiskTier::known_absent(std::string_view ns, std::string_view key) const {
+    if (!scan_complete() || !is_valid_namespace(ns) || key.size() > k_entry_max_key_size) {
+        return false;
+    }
+    const Hash128 id = entry_hash(ns, key);
+    // The queue first: a queued write is recorded in the index before it
+    // leaves the queue, so an entry moving from one to the other is seen.
+    if (m_writer && m_writer->find(id)) {
+        return false;
+    }
+    return !m_index.contains(id);
+}
+
 tl::expected<std::optional<Entry>, StoreError> DiskTier::get(std::string_view ns,
                                                              std::string_view key) {
     if (!is_valid_namespace(ns)) {

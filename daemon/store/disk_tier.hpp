@@ -86,6 +86,11 @@ public:
     const DiskOptions& options() const { return m_options; }
 
     bool scan_complete() const { return m_scan_complete.load(std::memory_order_acquire); }
+    // True when the tier certainly holds no entry for `ns`/`key`: the startup
+    // scan is complete (from then on the index is authoritative: the daemon
+    // owns the directory), no queued write holds it and the index has no
+    // file for it. Never blocks on I/O; false means "ask get()".
+    bool known_absent(std::string_view ns, std::string_view key) const;
     // Bytes of the entry files the index knows (all of them once the scan is
     // complete).
     std::uint64_t size_bytes() const { return m_index.total_bytes(); }

@@ -90,7 +90,20 @@ void DiskTier::scan() {
                     continue;
                 }
                 struct stat info {};
-                if (::lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+                if (::lstat(path.c_str(), &info) != 0 || S_ISDIR(info.st_mode)) {
+                    continue;
+                }
+                if (!S_ISREG(info.st_mode)) {
+                    // A link or device where an entry belongs is never served,
+                    // and once the index is authoritative no get would ever
+                    // look at it: remove it now (the link, not its target).
+                    if (::unlink(path.c_str()) == 0) {
+                        m_stats.tier(ns_entry.name, TierId::disk)
+                            .corrupt.fetch_add(1, std::memory_order_relaxed);
+                        logger().warn("removing broken cache file {}: {}", path,
+                                      S_ISLNK(info.st_mode) ? "a symbolic link"
+                                                            : "not a regular file");
+                    }
                     continue;
                 }
                 const auto size = static_cast<std::uint64_t>(info.st_size);

@@ -139,6 +139,8 @@ nlohmann::json Stats::to_json() const {
              {"peers_refused", load(m_daemon.peers_refused)},
              {"protocol_errors", load(m_daemon.protocol_errors)},
              {"requests", load(m_daemon.requests)},
+             {"connections_over_limit", load(m_daemon.connections_over_limit)},
+             {"inflight_refused", load(m_daemon.inflight_refused)},
          }},
         {"namespaces", std::move(namespaces)},
         {"remote", remote_json(m_remote, std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -40,6 +40,10 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> peers_refused{0};
     std::atomic<std::uint64_t> protocol_errors{0};
     std::atomic<std::uint64_t> requests{0};
+    // Connections refused over daemon.max_connections(_per_process).
+    std::atomic<std::uint64_t> connections_over_limit{0};
+    // Requests refused: no room in daemon.max_inflight_bytes in time.
+    std::atomic<std::uint64_t> inflight_refused{0};
 };
 
 // The remote (Redis) tier's state, for STATS and `pt2cache stats`.

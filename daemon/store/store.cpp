@@ -123,18 +123,33 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
     return std::move(*outcome.result);
 }
 
-std::optional<Entry> Store::get_memory(std::string_view ns, std::string_view key) {
+std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::string_view key) {
     const auto policy = m_policy.load();
-    if (policy->force_disable || m_memory_on == nullptr || !is_local(*policy, ns)) {
+    if (policy->force_disable || !is_local(*policy, ns)) {
         return std::nullopt;
     }
-    auto entry = m_memory_on->lookup(ns, key);
-    if (entry) {
-        TierCounters& counters = m_stats.tier(ns, TierId::memory);
-        add(counters.hits);
-        add(counters.bytes_out, entry->value.size());
+    if (m_memory_on != nullptr) {
+        if (auto entry = m_memory_on->lookup(ns, key)) {
+            TierCounters& counters = m_stats.tier(ns, TierId::memory);
+            add(counters.hits);
+            add(counters.bytes_out, entry->value.size());
+            return std::optional<Entry>(std::move(entry));
+        }
     }
-    return entry;
+    if (remote_serves(*policy, ns)) {
+        return std::nullopt;
+    }
+    if (m_disk_on != nullptr && !m_disk_on->known_absent(ns, key)) {
+        return std::nullopt;
+    }
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (m_memory_on != nullptr) {
+        add(counters.tier(TierId::memory).misses);
+    }
+    if (m_disk_on != nullptr) {
+        add(counters.tier(TierId::disk).misses);
+    }
+    return std::optional<Entry>();
 }
 
 tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,

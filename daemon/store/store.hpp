@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The store: memory, disk and remote tiers chained behind one API. Plain C++,
-// thread-safe; the daemon calls it from worker threads (only `get_memory` is
+// thread-safe; the daemon calls it from worker threads (only `get_quick` is
 // meant for the I/O threads: it never blocks for long).
 #pragma once
 
@@ -66,9 +66,12 @@ public:
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
 
-    // The memory tier only; never blocks for long. Counts a memory hit, but no
-    // miss: after a miss the caller goes on with `get`, which counts it.
-    std::optional<Entry> get_memory(std::string_view ns, std::string_view key);
+    // What `get` would answer, when that can be told without blocking: a
+    // memory hit, or a miss the indexes prove (the memory tier misses, the
+    // disk tier's index is complete and has no such entry, and no remote
+    // tier serves `ns`). Counted as `get` counts. nullopt: call `get` (on a
+    // worker thread). Meant for the I/O threads.
+    std::optional<std::optional<Entry>> get_quick(std::string_view ns, std::string_view key);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated

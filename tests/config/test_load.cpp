@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 35;
+constexpr std::size_t k_setting_count = 38;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -30,6 +30,9 @@ io_threads = 3
 blocking_threads = 9
 idle_exit_s = 120
 max_value_size = "1GiB"
+max_connections = 77
+max_connections_per_process = 7
+max_inflight_bytes = "64MiB"
 
 [memory]
 max_size = 0
@@ -84,6 +87,9 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.blocking_threads == 4);
     CHECK(c.idle_exit_s == 0);
     CHECK(c.max_value_size == 536870912);
+    CHECK(c.max_connections == 1024);
+    CHECK(c.max_connections_per_process == 256);
+    CHECK(c.max_inflight_bytes == 2147483648);
     CHECK(c.memory_max_size == 268435456);
     CHECK(c.cache_dir == "/nonexistent/u/.cache/pt2cache");
     CHECK(c.disk_max_size == 10737418240);
@@ -145,6 +151,9 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.blocking_threads == 9);
     CHECK(c.idle_exit_s == 120);
     CHECK(c.max_value_size == 1073741824);
+    CHECK(c.max_connections == 77);
+    CHECK(c.max_connections_per_process == 7);
+    CHECK(c.max_inflight_bytes == 64ull << 20);
     CHECK(c.memory_max_size == 0);
     CHECK(c.cache_dir == "/var/cache/p2t");
     CHECK(c.disk_max_size == 21474836480);

@@ -45,6 +45,9 @@ daemon.io_threads = 2  # default
 daemon.blocking_threads = 4  # default
 daemon.idle_exit_s = 0  # default
 daemon.max_value_size = 536870912  # default
+daemon.max_connections = 1024  # default
+daemon.max_connections_per_process = 256  # default
+daemon.max_inflight_bytes = 2147483648  # default
 
 memory.max_size = 268435456  # default
 
@@ -154,5 +157,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 35);
+    CHECK(values_of(rendered).size() == 38);
 }

@@ -169,7 +169,8 @@ HEADER = struct.Struct("<2sBBII")
 OP = dict(hello=1, ping=2, get=3, put=4, exists=5, delete=6, stats=7, list=8, clear=9)
 STATUS = dict(ok=0, miss=1, not_stored=2, malformed=0x10, version_mismatch=0x11, unknown_op=0x12,
               key_too_long=0x13, value_too_large=0x14, bad_namespace=0x15,
-              handshake_required=0x16, storage_error=0x17, unknown_token=0x18)
+              handshake_required=0x16, storage_error=0x17, unknown_token=0x18,
+              internal=0x19, busy=0x1A)
 
 
 def frame(op: int, body: bytes = b"", flags: int = 0, rid: int = 1) -> bytes:

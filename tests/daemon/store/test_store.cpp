@@ -97,6 +97,21 @@ struct Fixture {
         return *result;
     }
 
+    // get_quick's memory hit, or nullopt (a miss, or an answer that needs get).
+    std::optional<Entry> quick_hit(std::string_view ns, std::string_view key) {
+        auto quick = store->get_quick(ns, key);
+        return quick ? std::move(*quick) : std::nullopt;
+    }
+
+    void wait_for_scan() {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!store->disk_tier()->scan_complete() &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        REQUIRE(store->disk_tier()->scan_complete());
+    }
+
     std::size_t disk_files() {
         std::size_t count = 0;
         if (fs::exists(dir.path() / "v1")) {
@@ -118,7 +133,7 @@ struct Fixture {
 TEST_CASE("store put then get hits memory", "[store][chain]") {
     Fixture f;
     REQUIRE(f.store->put("pgo", "k", make_entry("value")).value() == PutOutcome::stored);
-    const auto hit = f.store->get_memory("pgo", "k");
+    const auto hit = f.quick_hit("pgo", "k");
     REQUIRE(hit);
     CHECK(hit->value.text() == "value");
     CHECK(f.counters("pgo", TierId::memory).hits == 1);
@@ -129,19 +144,67 @@ TEST_CASE("store put then get hits memory", "[store][chain]") {
     CHECK(f.counters("pgo", TierId::disk).bytes_in == 5);
     CHECK(f.disk_files() == 1);
 
-    // get_memory counts no miss; get counts one per tier consulted.
-    CHECK_FALSE(f.store->get_memory("pgo", "absent"));
-    CHECK(f.counters("pgo", TierId::memory).misses == 0);
-    CHECK_FALSE(f.get("pgo", "absent"));
+    // Once the disk tier's scan is complete its index is authoritative: a
+    // missing key is a miss get_quick proves, counted as get counts it.
+    f.wait_for_scan();
+    const auto absent = f.store->get_quick("pgo", "absent");
+    REQUIRE(absent);
+    CHECK_FALSE(*absent);
     CHECK(f.counters("pgo", TierId::memory).misses == 1);
     CHECK(f.counters("pgo", TierId::disk).misses == 1);
+    CHECK_FALSE(f.get("pgo", "absent"));
+    CHECK(f.counters("pgo", TierId::memory).misses == 2);
+    CHECK(f.counters("pgo", TierId::disk).misses == 2);
+}
+
+TEST_CASE("store get_quick defers to get whenever it cannot prove a miss", "[store][chain]") {
+    SECTION("an entry on disk only") {
+        Fixture f;
+        REQUIRE(f.store->put("pgo", "k", make_entry("v")));
+        REQUIRE(f.store->memory_tier()->clear("pgo").value() == 1);
+        f.wait_for_scan();
+        CHECK_FALSE(f.store->get_quick("pgo", "k"));
+        CHECK(f.get("pgo", "k"));
+    }
+    SECTION("a remote tier serves the namespace") {
+        Fixture f({}, true, true, true);
+        f.wait_for_scan();
+        CHECK_FALSE(f.store->get_quick("pgo", "absent"));
+    }
+    SECTION("a file the index has not seen yet is found by a restart's scan") {
+        TempDir dir;
+        Stats stats;
+        {
+            Store first(stats, {}, nullptr,
+                        std::make_unique<DiskTier>(dir.path(), DiskOptions{}, stats), nullptr);
+            REQUIRE(first.put("pgo", "k", make_entry("v")));
+        }
+        Store second(stats, {}, nullptr,
+                     std::make_unique<DiskTier>(dir.path(), DiskOptions{}, stats), nullptr);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!second.disk_tier()->scan_complete() &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        REQUIRE(second.disk_tier()->scan_complete());
+        CHECK_FALSE(second.get_quick("pgo", "k"));
+        const auto absent = second.get_quick("pgo", "other");
+        REQUIRE(absent);
+        CHECK_FALSE(*absent);
+    }
+    SECTION("a tier-less store proves every miss") {
+        Fixture f({}, false, false, false);
+        const auto absent = f.store->get_quick("pgo", "absent");
+        REQUIRE(absent);
+        CHECK_FALSE(*absent);
+    }
 }
 
 TEST_CASE("store disk hit backfills memory", "[store][chain]") {
     Fixture f;
     REQUIRE(f.store->put("fx-graph", "k", make_entry(random_bytes(3000))));
     REQUIRE(f.store->memory_tier()->clear("fx-graph").value() == 1);
-    CHECK_FALSE(f.store->get_memory("fx-graph", "k"));
+    CHECK_FALSE(f.store->get_quick("fx-graph", "k")); // on disk: needs get
 
     const auto hit = f.get("fx-graph", "k");
     REQUIRE(hit);
@@ -151,7 +214,7 @@ TEST_CASE("store disk hit backfills memory", "[store][chain]") {
     CHECK(f.counters("fx-graph", TierId::disk).bytes_out == 3000);
     CHECK(f.store->memory_tier()->count() == 1);
 
-    const auto again = f.store->get_memory("fx-graph", "k");
+    const auto again = f.quick_hit("fx-graph", "k");
     REQUIRE(again);
     CHECK(again->value.shares_buffer_with(hit->value));
     CHECK(f.counters("fx-graph", TierId::memory).hits == 1);
@@ -204,7 +267,7 @@ TEST_CASE("store with force_disable stores nothing", "[store][policy]") {
     CHECK(f.store->put("pgo", "k", make_entry("v")).value() == PutOutcome::stored);
     CHECK(f.store->memory_tier()->count() == 0);
     CHECK(f.disk_files() == 0);
-    CHECK_FALSE(f.store->get_memory("pgo", "k"));
+    CHECK_FALSE(f.store->get_quick("pgo", "k")); // left to get, which counts
     CHECK_FALSE(f.get("pgo", "k"));
     CHECK(f.store->exists("pgo", "k").value() == false);
     CHECK(f.counters("pgo", TierId::memory).puts == 1);
@@ -227,7 +290,7 @@ TEST_CASE("store keeps locally disabled namespaces out of memory and disk", "[st
     CHECK(f.store->memory_tier()->count() == 0);
     CHECK(f.disk_files() == 0);
     CHECK(f.remote->size() == 1);
-    CHECK_FALSE(f.store->get_memory("fx-graph", "k"));
+    CHECK_FALSE(f.store->get_quick("fx-graph", "k"));
     // Served by the remote tier, not copied locally.
     CHECK(f.get("fx-graph", "k"));
     CHECK(f.store->memory_tier()->count() == 0);

@@ -155,8 +155,20 @@ class _Connection:
 
     def _hello(self, deadline: float) -> None:
         caps = CAP_TTL | CAP_BUNDLE
-        status, body = self._exchange(Op.HELLO, 0, _wire.hello_body(caps, self._name), b"",
-                                      deadline, False)
+        try:
+            status, body = self._exchange(Op.HELLO, 0, _wire.hello_body(caps, self._name), b"",
+                                          deadline, False)
+        except _Lost:
+            # A refusing daemon may have closed before the HELLO went out:
+            # its reason is still there to read.
+            sock = self._sock
+            try:
+                head = sock.recv(256, socket.MSG_DONTWAIT) if sock is not None else b""
+            except OSError:
+                head = b""
+            if head[:1] == b"-":
+                raise self._refusal(head) from None
+            raise
         if status != Status.OK:
             raise ProtocolError(f"HELLO answered {_status_name(status)}")
         try:
@@ -201,6 +213,8 @@ class _Connection:
     def _receive(self, op: Op, rid: int, deadline: float, value_reply: bool,
                  replayable: bool) -> Tuple[int, bytes]:
         head = self._recv_exact(_wire.HEADER_SIZE, deadline, replayable)
+        if head[:1] == b"-":
+            raise self._refusal(head)
         magic, rop, status, reply_id, length = _wire.HEADER.unpack(head)
         if magic != _wire.MAGIC:
             raise ProtocolError(f"reply with bad magic {magic!r}")
@@ -224,6 +238,26 @@ class _Connection:
         if length > limit:
             raise ProtocolError(f"{op.name} reply of {length} bytes exceeds {limit}")
         return status, self._recv_exact(length, deadline, False)
+
+    def _refusal(self, head: bytes) -> UnreachableError:
+        """A daemon over its connection limits answers with one RESP error line
+        and closes (docs/protocol.md, "Refusal")."""
+        line = head
+        sock = self._sock
+        try:
+            if sock is not None:
+                sock.settimeout(0.1)
+                while b"\r" not in line and len(line) < 256:
+                    chunk = sock.recv(256)
+                    if not chunk:
+                        break
+                    line += chunk
+        except OSError:
+            pass
+        self._drop()
+        reason = line[1:].split(b"\r", 1)[0].decode("utf-8", "replace")
+        self._mark_down(reason)
+        return UnreachableError(f"pt2cached at {self._path} refused the connection: {reason}")
 
     def _recv_exact(self, n: int, deadline: float, replayable: bool) -> bytes:
         if n == 0:

@@ -68,6 +68,7 @@ class Status(enum.IntEnum):
     STORAGE_ERROR = 0x17
     UNKNOWN_TOKEN = 0x18
     INTERNAL = 0x19
+    BUSY = 0x1A
 
 
 # Error statuses after which the daemon closes the connection.
@@ -81,6 +82,7 @@ CLOSING_STATUSES = frozenset(
         Status.BAD_NAMESPACE,
         Status.HANDSHAKE_REQUIRED,
         Status.INTERNAL,
+        Status.BUSY,
     }
 )
 

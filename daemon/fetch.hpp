@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// The sessions' one way to read an entry: answered on the calling I/O thread
+// when the store can tell at once (a memory hit, or a miss its indexes
+// prove), otherwise by Store::get on the worker pool.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "daemon/asio.hpp"
+#include "daemon/context.hpp"
+
+#include <tl/expected.hpp>
+
+namespace pt2cache::daemon {
+
+using FetchResult = tl::expected<std::optional<store::Entry>, store::StoreError>;
+
+// `ns` and `key` must stay valid until the result is back.
+awaitable<FetchResult> fetch(Context& context, std::string_view ns, std::string_view key);
+
+} // namespace pt2cache::daemon
