@@ -66,6 +66,7 @@ struct Config {
     unsigned remote_op_timeout_ms = 1000;     // 1..600000
     unsigned remote_pool_size = 4;            // 1..64
     std::uint64_t write_behind_queue_bytes = 256ull << 20;
+    std::uint64_t remote_max_value_size = 512ull << 20; // 1 .. 4 GiB-1, Redis's proto-max-bulk-len
     // [resp] (Redis-protocol front door)
     std::string resp_password; // empty: AUTH not required
     // [bundle]

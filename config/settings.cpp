@@ -102,6 +102,8 @@ constexpr std::array k_settings = {
             .min = 1, .max = 64},
     Setting{.key = "remote.write_behind_queue_bytes", .kind = Kind::size,
             .field = &Config::write_behind_queue_bytes},
+    Setting{.key = "remote.max_value_size", .kind = Kind::size,
+            .field = &Config::remote_max_value_size, .min = 1, .max = k_max_value_size},
     // [resp]
     Setting{.key = "resp.password", .kind = Kind::string, .field = &Config::resp_password,
             .secret = true},

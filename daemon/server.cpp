@@ -290,6 +290,7 @@ void Server::reload() {
         {fresh.remote_pool_size != old.remote_pool_size, "remote.pool_size"},
         {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
          "remote.write_behind_queue_bytes"},
+        {fresh.remote_max_value_size != old.remote_max_value_size, "remote.max_value_size"},
         {fresh.remote_enabled && m_context.store->remote_tier() == nullptr,
          "remote caching (no remote tier was started)"},
     };

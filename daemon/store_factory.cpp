@@ -82,6 +82,8 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
     options.flushers = std::min(2U, config.remote_pool_size);
     options.expire_s = config.redis_expire_s;
     options.queue.capacity_bytes = config.write_behind_queue_bytes;
+    options.max_value_size = config.remote_max_value_size;
+    endpoint.max_value_size = config.remote_max_value_size;
     const auto policy = store_policy(config);
     logger("daemon").info("remote tier: Redis at {} for {}{}{}", endpoint.describe(),
                           fmt::join(*policy.remote_namespaces, ", "),

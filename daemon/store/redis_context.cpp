@@ -2,11 +2,10 @@
 #include "daemon/store/redis_context.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <fcntl.h>
-#include <optional>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -23,10 +22,6 @@ namespace {
 // Arguments up to this size are copied into the command header; larger ones
 // (values) are written from where they lie.
 constexpr std::size_t k_inline_arg = 4096;
-// Bulk replies at least this large are read straight into their own buffer
-// instead of through hiredis's parser (which would grow its buffer and then
-// copy the value once more).
-constexpr std::size_t k_direct_bulk = 64 << 10;
 constexpr std::size_t k_read_chunk = 256 << 10;
 // How often a wait looks at the abort flag.
 constexpr Milliseconds k_abort_poll{50};
@@ -39,93 +34,33 @@ timeval to_timeval(Milliseconds ms) {
 }
 
 Milliseconds transfer_allowance(std::uint64_t bytes) {
-    return Milliseconds(bytes * 1000 / k_min_bytes_per_second);
+    return Milliseconds(bytes / k_min_bytes_per_second * 1000 +
+                        bytes % k_min_bytes_per_second * 1000 / k_min_bytes_per_second);
 }
 
 bool aborted(const std::atomic<bool>* abort) {
     return abort != nullptr && abort->load(std::memory_order_relaxed);
 }
 
-// hiredis builds replies through these callbacks, so that strings land in a
-// Blob at once. They run inside C code: no exception may leave them (a null
-// result is hiredis's out-of-memory error).
-void* attach(const redisReadTask* task, std::unique_ptr<RedisReply> reply) {
-    RedisReply* raw = reply.get();
-    if (task->parent != nullptr) {
-        auto* parent = static_cast<RedisReply*>(task->parent->obj);
-        parent->elements[static_cast<std::size_t>(task->idx)] = std::move(reply);
-    } else {
-        reply.release();
+// The reader's value as a reply; string bytes move into a Blob, uncopied.
+RedisReplyPtr to_reply(proto::RedisValue&& value) {
+    auto reply = std::make_unique<RedisReply>();
+    reply->type = value.type;
+    reply->integer = value.integer;
+    if (!value.data.empty()) {
+        reply->data = Blob::adopt(std::move(value.data));
     }
-    return raw;
+    reply->elements.reserve(value.elements.size());
+    for (auto& element : value.elements) {
+        reply->elements.push_back(to_reply(std::move(element)));
+    }
+    return reply;
 }
 
-void* create_string(const redisReadTask* task, char* text, std::size_t length) noexcept {
-    try {
-        auto reply = std::make_unique<RedisReply>();
-        reply->type = task->type == REDIS_REPLY_ERROR    ? RedisReply::Type::error
-                      : task->type == REDIS_REPLY_STATUS ? RedisReply::Type::status
-                                                         : RedisReply::Type::string;
-        reply->data = Blob::copy_of(std::string_view(text, length));
-        return attach(task, std::move(reply));
-    } catch (...) {
-        return nullptr;
-    }
-}
-
-void* create_array(const redisReadTask* task, int elements) noexcept {
-    try {
-        auto reply = std::make_unique<RedisReply>();
-        reply->type = RedisReply::Type::array;
-        reply->elements.resize(static_cast<std::size_t>(std::max(elements, 0)));
-        return attach(task, std::move(reply));
-    } catch (...) {
-        return nullptr;
-    }
-}
-
-void* create_integer(const redisReadTask* task, long long value) noexcept {
-    try {
-        auto reply = std::make_unique<RedisReply>();
-        reply->type = RedisReply::Type::integer;
-        reply->integer = value;
-        return attach(task, std::move(reply));
-    } catch (...) {
-        return nullptr;
-    }
-}
-
-void* create_nil(const redisReadTask* task) noexcept {
-    try {
-        return attach(task, std::make_unique<RedisReply>());
-    } catch (...) {
-        return nullptr;
-    }
-}
-
-void free_object(void* reply) noexcept {
-    delete static_cast<RedisReply*>(reply);
-}
-
-redisReplyObjectFunctions k_reply_functions = {create_string, create_array, create_integer,
-                                               create_nil, free_object};
-
-// The length of a bulk reply whose header `$<n>\r\n` starts `bytes`, and the
-// header's size; nullopt when `bytes` holds no complete bulk header.
-std::optional<std::pair<std::int64_t, std::size_t>> bulk_header(std::string_view bytes) {
-    if (bytes.empty() || bytes[0] != '$') {
-        return std::nullopt;
-    }
-    const auto end = bytes.substr(0, 32).find("\r\n");
-    if (end == std::string_view::npos) {
-        return std::nullopt;
-    }
-    std::int64_t length = 0;
-    const auto [ptr, ec] = std::from_chars(bytes.data() + 1, bytes.data() + end, length);
-    if (ec != std::errc() || ptr != bytes.data() + end) {
-        return std::nullopt;
-    }
-    return std::pair{length, end + 2};
+proto::RedisReplyLimits reply_limits(const RedisEndpoint& endpoint) {
+    proto::RedisReplyLimits limits;
+    limits.max_bulk = endpoint.max_value_size;
+    return limits;
 }
 
 } // namespace
@@ -142,16 +77,16 @@ void RedisConnection::ContextDeleter::operator()(redisContext* context) const {
     redisFree(context);
 }
 
-void RedisConnection::ReaderDeleter::operator()(redisReader* reader) const {
-    redisReaderFree(reader);
+SteadyClock::time_point RedisConnection::Budget::deadline() const {
+    return base + transfer_allowance(transferred);
 }
 
 RedisConnection::RedisConnection(std::unique_ptr<redisContext, ContextDeleter> context,
-                                 Milliseconds timeout)
+                                 const RedisEndpoint& endpoint)
     : m_context(std::move(context))
-    , m_reader(redisReaderCreateWithFunctions(&k_reply_functions))
+    , m_reader(reply_limits(endpoint))
     , m_buffer(k_read_chunk)
-    , m_op_timeout(timeout)
+    , m_op_timeout(endpoint.op_timeout)
     , m_fd(m_context->fd) {}
 
 RedisConnection::~RedisConnection() = default;
@@ -191,10 +126,7 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
         return tl::make_unexpected(RedisError{
             RedisErrorKind::connect, fmt::format("fcntl(O_NONBLOCK): {}", std::strerror(errno))});
     }
-    RedisConnection connection(std::move(context), endpoint.op_timeout);
-    if (connection.m_reader == nullptr) {
-        return tl::make_unexpected(RedisError{RedisErrorKind::connect, "out of memory"});
-    }
+    RedisConnection connection(std::move(context), endpoint);
     connection.m_connect_time =
         std::chrono::duration_cast<Milliseconds>(SteadyClock::now() - started);
 
@@ -263,7 +195,7 @@ tl::expected<void, RedisError> RedisConnection::wait(short events, SteadyClock::
 }
 
 tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisCommand> commands,
-                                                          SteadyClock::time_point& deadline,
+                                                          Budget& budget,
                                                           const std::atomic<bool>* abort) {
     // Headers and small arguments go into `head`; segments without data
     // point into it (by offset, as `head` may still grow).
@@ -282,7 +214,6 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
         }
         head += text;
     };
-    std::uint64_t total = 0;
     for (const auto& command : commands) {
         add_text(fmt::format("*{}\r\n", command.args.size()));
         for (const auto arg : command.args) {
@@ -293,10 +224,8 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
                 segments.push_back({arg.data(), 0, arg.size()});
             }
             add_text("\r\n");
-            total += arg.size();
         }
     }
-    deadline += transfer_allowance(total);
 
     std::vector<iovec> iov;
     iov.reserve(segments.size());
@@ -316,7 +245,7 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
                 continue;
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (auto ready = wait(POLLOUT, deadline, abort); !ready) {
+                if (auto ready = wait(POLLOUT, budget.deadline(), abort); !ready) {
                     return ready;
                 }
                 continue;
@@ -324,6 +253,8 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
             return tl::make_unexpected(
                 fail(RedisErrorKind::io, fmt::format("write: {}", std::strerror(errno))));
         }
+        // Time for large transfers, as their bytes leave.
+        budget.transferred += static_cast<std::uint64_t>(sent);
         auto left = static_cast<std::size_t>(sent);
         while (left > 0) {
             if (left >= iov[index].iov_len) {
@@ -340,49 +271,71 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
 }
 
 tl::expected<RedisReplyPtr, RedisError>
-RedisConnection::read_reply(SteadyClock::time_point& deadline, const std::atomic<bool>* abort) {
-    bool extended = false;
+RedisConnection::read_reply(const RedisCommand& command, Budget& budget,
+                            const std::atomic<bool>* abort) {
     for (;;) {
-        void* parsed = nullptr;
-        if (redisReaderGetReply(m_reader.get(), &parsed) != REDIS_OK) {
-            return tl::make_unexpected(fail(RedisErrorKind::protocol, m_reader->errstr));
-        }
-        if (parsed != nullptr) {
-            return RedisReplyPtr(static_cast<RedisReply*>(parsed));
-        }
-        const std::string_view pending(m_reader->buf + m_reader->pos,
-                                       m_reader->len - m_reader->pos);
-        if (!extended) {
-            // A large bulk reply gets time for its transfer once its length is known.
-            if (const auto header = bulk_header(pending); header && header->first > 0) {
-                deadline += transfer_allowance(static_cast<std::uint64_t>(header->first));
-                extended = true;
+        if (auto value = m_reader.next()) {
+            auto reply = to_reply(std::move(*value));
+            const auto& accepts = command.accepts;
+            if (reply->type != RedisReply::Type::error && !accepts.empty() &&
+                std::find(accepts.begin(), accepts.end(), reply->type) == accepts.end()) {
+                return tl::make_unexpected(
+                    fail(RedisErrorKind::protocol,
+                         fmt::format("{}: unexpected {} reply",
+                                     command.args.empty() ? "" : command.args[0],
+                                     proto::redis_type_name(reply->type))));
             }
+            return reply;
         }
-        const ssize_t got = ::read(m_fd, m_buffer.data(), m_buffer.size());
-        if (got > 0) {
-            const std::string_view chunk(m_buffer.data(), static_cast<std::size_t>(got));
-            const auto header =
-                pending.empty() ? bulk_header(chunk) : decltype(bulk_header(chunk)){};
-            if (header && header->first >= static_cast<std::int64_t>(k_direct_bulk)) {
-                return read_bulk(static_cast<std::size_t>(header->first),
-                                 chunk.substr(header->second), deadline, abort);
-            }
-            if (redisReaderFeed(m_reader.get(), chunk.data(), chunk.size()) != REDIS_OK) {
-                return tl::make_unexpected(fail(RedisErrorKind::protocol, m_reader->errstr));
-            }
-            continue;
-        }
-        if (auto again = after_short_read(got, deadline, abort); !again) {
-            return tl::make_unexpected(std::move(again.error()));
+        if (auto read = read_some(budget, abort); !read) {
+            return tl::make_unexpected(std::move(read.error()));
         }
     }
 }
 
-tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got,
-                                                                 SteadyClock::time_point deadline,
+tl::expected<void, RedisError> RedisConnection::read_some(Budget& budget,
+                                                          const std::atomic<bool>* abort) {
+    for (;;) {
+        // Inside a bulk value: its bytes go straight into its buffer (grown
+        // by the reader in bounded steps), what follows into m_buffer.
+        const auto room = m_reader.bulk_room(k_read_chunk);
+        std::array<iovec, 2> iov = {
+            iovec{room.data(), room.size()},
+            iovec{m_buffer.data(), m_buffer.size()},
+        };
+        const ssize_t got = room.empty() ? ::read(m_fd, m_buffer.data(), m_buffer.size())
+                                         : ::readv(m_fd, iov.data(), 2);
+        if (got > 0) {
+            auto left = static_cast<std::size_t>(got);
+            budget.transferred += left;
+            if (!room.empty()) {
+                const auto direct = std::min(left, room.size());
+                m_reader.commit(direct);
+                left -= direct;
+            }
+            if (left > 0 && !m_reader.feed(std::as_bytes(std::span(m_buffer.data(), left)))) {
+                return tl::make_unexpected(fail(RedisErrorKind::protocol, *m_reader.error()));
+            }
+            return {};
+        }
+        if (!room.empty()) {
+            const int saved = errno;
+            m_reader.commit(0); // gives the room back
+            errno = saved;
+        }
+        if (auto again = after_short_read(got, budget, abort); !again) {
+            return again;
+        }
+    }
+}
+
+tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got, const Budget& budget,
                                                                  const std::atomic<bool>* abort) {
     if (got == 0) {
+        if (!m_reader.idle()) {
+            return tl::make_unexpected(
+                fail(RedisErrorKind::protocol, "Redis closed the connection mid-reply"));
+        }
         return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
     }
     if (errno == EINTR) {
@@ -392,47 +345,7 @@ tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got,
         return tl::make_unexpected(
             fail(RedisErrorKind::io, fmt::format("read: {}", std::strerror(errno))));
     }
-    return wait(POLLIN, deadline, abort);
-}
-
-tl::expected<RedisReplyPtr, RedisError>
-RedisConnection::read_bulk(std::size_t length, std::string_view first,
-                           SteadyClock::time_point& deadline, const std::atomic<bool>* abort) {
-    deadline += transfer_allowance(length);
-    std::vector<std::byte> value(length);
-    std::size_t filled = std::min(first.size(), length);
-    std::memcpy(value.data(), first.data(), filled);
-    // What follows the value: its "\r\n", then possibly the next replies.
-    std::string tail(first.substr(filled));
-    while (filled < length || tail.size() < 2) {
-        char* into =
-            filled < length ? reinterpret_cast<char*>(value.data()) + filled : m_buffer.data();
-        const std::size_t room = filled < length ? length - filled : m_buffer.size();
-        const ssize_t got = ::read(m_fd, into, room);
-        if (got > 0) {
-            if (filled < length) {
-                filled += static_cast<std::size_t>(got);
-            } else {
-                tail.append(m_buffer.data(), static_cast<std::size_t>(got));
-            }
-            continue;
-        }
-        if (auto again = after_short_read(got, deadline, abort); !again) {
-            return tl::make_unexpected(std::move(again.error()));
-        }
-    }
-    if (!tail.starts_with("\r\n")) {
-        return tl::make_unexpected(
-            fail(RedisErrorKind::protocol, "bulk reply not terminated by CRLF"));
-    }
-    if (tail.size() > 2 &&
-        redisReaderFeed(m_reader.get(), tail.data() + 2, tail.size() - 2) != REDIS_OK) {
-        return tl::make_unexpected(fail(RedisErrorKind::protocol, m_reader->errstr));
-    }
-    auto reply = std::make_unique<RedisReply>();
-    reply->type = RedisReply::Type::string;
-    reply->data = Blob::adopt(std::move(value));
-    return reply;
+    return wait(POLLIN, budget.deadline(), abort);
 }
 
 tl::expected<std::vector<RedisReplyPtr>, RedisError>
@@ -442,17 +355,23 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
         return tl::make_unexpected(RedisError{RedisErrorKind::io, "connection already failed"});
     }
     m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
-    if (auto written = write_all(commands, deadline, abort); !written) {
+    Budget budget{deadline};
+    if (auto written = write_all(commands, budget, abort); !written) {
         return tl::make_unexpected(std::move(written.error()));
     }
     std::vector<RedisReplyPtr> replies;
     replies.reserve(commands.size());
-    while (replies.size() < commands.size()) {
-        auto reply = read_reply(deadline, abort);
+    for (const auto& command : commands) {
+        auto reply = read_reply(command, budget, abort);
         if (!reply) {
             return tl::make_unexpected(std::move(reply.error()));
         }
         replies.push_back(std::move(*reply));
+    }
+    // RESP2 has no unsolicited replies: more bytes are a peer out of step.
+    if (!m_reader.idle()) {
+        return tl::make_unexpected(
+            fail(RedisErrorKind::protocol, "unexpected bytes after the last reply"));
     }
     return replies;
 }

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The one wrapper of hiredis (0.14, blocking, RESP2, no TLS). hiredis opens
-// the connection (with a connect timeout) and parses replies; this file does
-// the socket I/O itself, non-blocking with poll(), so that every exchange has
-// one overall deadline: a per-syscall SO_RCVTIMEO would let a Redis that
-// trickles bytes hold a worker far longer than the operation timeout.
+// The one wrapper of hiredis (0.14, blocking, RESP2, no TLS). hiredis only
+// opens the connection (with a connect timeout); replies are parsed by
+// proto::RedisReplyReader, which treats them as untrusted input (bounded
+// lengths and counts, memory committed as bytes arrive; docs/remote.md). This
+// file does the socket I/O itself, non-blocking with poll(), so that every
+// exchange has one overall deadline: a per-syscall SO_RCVTIMEO would let a
+// Redis that trickles bytes hold a worker far longer than the operation
+// timeout.
 //
 // Never call any of this on an Asio thread: it blocks (up to its deadline).
 #pragma once
@@ -18,11 +21,11 @@
 #include <vector>
 
 #include "daemon/store/blob.hpp"
+#include "proto/redis_reply.hpp"
 
 #include <tl/expected.hpp>
 
 struct redisContext;
-struct redisReader;
 
 namespace pt2cache::daemon::store {
 
@@ -39,6 +42,9 @@ struct RedisEndpoint {
     unsigned db = 0;      // SELECT when not 0
     Milliseconds connect_timeout{500};
     Milliseconds op_timeout{1000};
+    // The longest bulk reply accepted (remote.max_value_size); a longer one
+    // is a protocol error.
+    std::uint64_t max_value_size = 512ULL << 20;
 
     // "unix:///path" or "redis://host:port/db", with no credentials.
     std::string describe() const;
@@ -48,7 +54,8 @@ enum class RedisErrorKind {
     connect,   // refused, unreachable, or setup (AUTH, SELECT) failed
     io,        // the connection broke (reset, closed by the server)
     timeout,   // the deadline passed
-    protocol,  // the server sent something that is not RESP
+    protocol,  // the server sent something that is not RESP2, a reply of a type the command
+               // never gets, more bytes than asked for, or closed the connection mid-reply
     reply,     // the server answered with an error (-ERR, -NOPERM, -OOM ...)
     aborted,   // the caller's abort flag was raised
     exhausted, // no pooled connection became free in time
@@ -66,10 +73,10 @@ struct RedisError {
     }
 };
 
-// One parsed reply. Strings are held in a `Blob`, so a GET's value is handed
-// to the store without another copy.
+// One parsed reply. Strings are held in a `Blob` (adopting the reader's
+// buffer), so a GET's value is handed to the store without another copy.
 struct RedisReply {
-    enum class Type { string, status, error, integer, nil, array };
+    using Type = proto::RedisValue::Type; // string, status, error, integer, nil, array
 
     Type type = Type::nil;
     std::int64_t integer = 0;
@@ -86,10 +93,14 @@ using RedisReplyPtr = std::unique_ptr<RedisReply>;
 // `Blob` until written to the socket).
 struct RedisCommand {
     std::vector<std::string_view> args;
+    // The reply types this command can get besides an error reply (which is
+    // always a reply); any other is a protocol error. Empty: any.
+    std::vector<RedisReply::Type> accepts = {};
 };
 
 // Transfers of large values get more time than `op_timeout`: one second per
-// this many bytes on top of it (a 512 MiB value gets 16 s more).
+// this many bytes actually received or written on top of it (a 512 MiB value
+// gets 16 s more). Never per byte a reply merely announces.
 inline constexpr std::uint64_t k_min_bytes_per_second = 32ULL << 20;
 
 // One open connection: socket, reply parser, read buffer. Not thread-safe;
@@ -112,9 +123,11 @@ public:
 
     // Sends `commands` in one write and reads one reply per command, all by
     // `deadline` (extended for large transfers, see k_min_bytes_per_second).
-    // An error reply is a reply, not an error. When `abort` becomes true the
-    // exchange stops within about 50 ms. After any error the connection is
-    // unusable.
+    // An error reply is a reply, not an error. A reply that breaks the rules
+    // in docs/remote.md, of a type its command does not accept, bytes beyond
+    // the last reply, or a close mid-reply are `protocol` errors. When
+    // `abort` becomes true the exchange stops within about 50 ms. After any
+    // error the connection is unusable.
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
     exchange(std::span<const RedisCommand> commands, SteadyClock::time_point deadline,
              const std::atomic<bool>* abort = nullptr);
@@ -132,26 +145,28 @@ private:
     struct ContextDeleter {
         void operator()(redisContext* context) const;
     };
-    struct ReaderDeleter {
-        void operator()(redisReader* reader) const;
+    // The deadline of the exchange in progress: its base, extended by the
+    // bytes transferred so far.
+    struct Budget {
+        SteadyClock::time_point base;
+        std::uint64_t transferred = 0;
+        SteadyClock::time_point deadline() const;
     };
 
-    RedisConnection(std::unique_ptr<redisContext, ContextDeleter> context, Milliseconds timeout);
+    RedisConnection(std::unique_ptr<redisContext, ContextDeleter> context,
+                    const RedisEndpoint& endpoint);
 
-    tl::expected<void, RedisError> write_all(std::span<const RedisCommand> commands,
-                                             SteadyClock::time_point& deadline,
+    tl::expected<void, RedisError> write_all(std::span<const RedisCommand> commands, Budget& budget,
                                              const std::atomic<bool>* abort);
-    tl::expected<RedisReplyPtr, RedisError> read_reply(SteadyClock::time_point& deadline,
+    tl::expected<RedisReplyPtr, RedisError> read_reply(const RedisCommand& command, Budget& budget,
                                                        const std::atomic<bool>* abort);
-    // Reads a bulk reply of `length` bytes into a buffer of its own; `first`
-    // is what was already read after its header.
-    tl::expected<RedisReplyPtr, RedisError> read_bulk(std::size_t length, std::string_view first,
-                                                      SteadyClock::time_point& deadline,
-                                                      const std::atomic<bool>* abort);
+    // Reads what the socket has into the reader (a bulk in progress straight
+    // into its buffer); waits for it when it has nothing.
+    tl::expected<void, RedisError> read_some(Budget& budget, const std::atomic<bool>* abort);
     // After a read() that returned `got` <= 0: the error (end of stream, a
     // failed read), or nothing once reading may be tried again (EINTR, or
     // EAGAIN and the socket became readable before the deadline).
-    tl::expected<void, RedisError> after_short_read(ssize_t got, SteadyClock::time_point deadline,
+    tl::expected<void, RedisError> after_short_read(ssize_t got, const Budget& budget,
                                                     const std::atomic<bool>* abort);
     // Waits until the socket is ready for `events`, the deadline or an abort.
     tl::expected<void, RedisError> wait(short events, SteadyClock::time_point deadline,
@@ -159,7 +174,7 @@ private:
     RedisError fail(RedisErrorKind kind, std::string message);
 
     std::unique_ptr<redisContext, ContextDeleter> m_context;
-    std::unique_ptr<redisReader, ReaderDeleter> m_reader;
+    proto::RedisReplyReader m_reader;
     std::vector<char> m_buffer;
     Milliseconds m_op_timeout;
     Milliseconds m_connect_time{0};

@@ -189,6 +189,9 @@ RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admi
         const bool timeout =
             error->kind == RedisErrorKind::timeout || error->kind == RedisErrorKind::exhausted;
         add(timeout ? m_counters.timeouts : m_counters.errors);
+        if (error->kind == RedisErrorKind::protocol) {
+            add(m_counters.protocol_errors);
+        }
         on_failure(*error, admission);
     }
     return tl::make_unexpected(std::move(*error));
@@ -205,7 +208,8 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
         add(m_counters.skipped);
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
-    const RedisCommand command{{"GET", *redis_key}};
+    const RedisCommand command{{"GET", *redis_key},
+                               {RedisReply::Type::string, RedisReply::Type::nil}};
     auto replies = execute(m_pool, std::span(&command, 1), admission);
     if (!replies) {
         return tl::make_unexpected(to_store_error(replies.error()));
@@ -225,7 +229,7 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     default:
         add(m_counters.errors);
         return tl::make_unexpected(StoreError{
-            Failure::io, fmt::format("GET {:?}: unexpected reply {:?}", *redis_key, reply.text())});
+            Failure::io, fmt::format("GET {:?}: Redis answered {:?}", *redis_key, reply.text())});
     }
 }
 
@@ -276,7 +280,7 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
         add(m_counters.skipped);
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
-    const RedisCommand command{{"DEL", *redis_key}};
+    const RedisCommand command{{"DEL", *redis_key}, {RedisReply::Type::integer}};
     auto replies = execute(m_pool, std::span(&command, 1), admission);
     if (!replies) {
         return tl::make_unexpected(to_store_error(replies.error()));
@@ -308,7 +312,7 @@ void RedisTier::probe() {
     if (admission == Admission::refused) {
         return;
     }
-    const RedisCommand command{{"PING"}};
+    const RedisCommand command{{"PING"}, {RedisReply::Type::status}};
     // Failures are counted and logged by execute.
     (void)execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
 }
@@ -322,7 +326,7 @@ void RedisTier::write(WriteItem item) {
         }
         return;
     }
-    RedisCommand command{{"SET", item.key, item.value.text()}};
+    RedisCommand command{{"SET", item.key, item.value.text()}, {RedisReply::Type::status}};
     std::string ttl;
     if (item.ttl_ms > 0) {
         // Whole seconds as Inductor sends them (EX); otherwise milliseconds.

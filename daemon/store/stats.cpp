@@ -50,6 +50,7 @@ nlohmann::json remote_json(const RemoteCounters& remote, std::int64_t now_ms) {
         {"queue_drops", load(remote.queue_drops)},
         {"shutdown_drops", load(remote.shutdown_drops)},
         {"oversize_skips", load(remote.oversize_skips)},
+        {"protocol_errors", load(remote.protocol_errors)},
         {"queue_bytes", load(remote.queue_bytes)},
         {"queue_entries", load(remote.queue_entries)},
     };

@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 38;
+constexpr std::size_t k_setting_count = 39;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -66,6 +66,7 @@ connect_timeout_ms = 60000
 op_timeout_ms = 1
 pool_size = 64
 write_behind_queue_bytes = "1MiB"
+max_value_size = "64MiB"
 
 [resp]
 password = "letmein"
@@ -118,6 +119,7 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.remote_op_timeout_ms == 1000);
     CHECK(c.remote_pool_size == 4);
     CHECK(c.write_behind_queue_bytes == 268435456);
+    CHECK(c.remote_max_value_size == 536870912);
     CHECK(c.resp_password.empty());
     CHECK(c.bundle_idle_timeout_s == 600);
 
@@ -180,6 +182,7 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.remote_op_timeout_ms == 1);
     CHECK(c.remote_pool_size == 64);
     CHECK(c.write_behind_queue_bytes == 1048576);
+    CHECK(c.remote_max_value_size == 67108864);
     CHECK(c.resp_password == "letmein");
     CHECK(c.bundle_idle_timeout_s == 30);
 

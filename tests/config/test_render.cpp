@@ -79,6 +79,7 @@ remote.connect_timeout_ms = 500  # default
 remote.op_timeout_ms = 1000  # default
 remote.pool_size = 4  # default
 remote.write_behind_queue_bytes = 268435456  # default
+remote.max_value_size = 536870912  # default
 # remote.enabled = false (true when any remote switch is on)
 
 resp.password = ""  # default
@@ -157,5 +158,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 38);
+    CHECK(values_of(rendered).size() == 39);
 }

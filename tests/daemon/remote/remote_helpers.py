@@ -76,6 +76,27 @@ def remote_stats(daemon) -> dict:
     return daemon.stats()["remote"]
 
 
+def cooldown_left(state: str) -> float:
+    """Seconds left of the suspension a remote state text names ("suspended
+    until 2026-11-22T13:04:05.250Z"); 0 for any other state."""
+    import datetime
+    prefix = "suspended until "
+    if not state.startswith(prefix):
+        return 0.0
+    until = datetime.datetime.strptime(state[len(prefix):], "%Y-%m-%dT%H:%M:%S.%fZ")
+    until = until.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, until.timestamp() - time.time())
+
+
+def time_to_recover(daemon, timeout=30.0) -> tuple[float, float]:
+    """Call right after Redis is back: (seconds until the tier is connected
+    again, seconds of cool-down that were left when Redis came back)."""
+    started = time.monotonic()
+    left = cooldown_left(remote_stats(daemon)["state"])
+    wait_remote_state(daemon, "connected", timeout=timeout)
+    return time.monotonic() - started, left
+
+
 def wait_remote_state(daemon, prefix: str, timeout=20.0):
     wait_for(lambda: remote_stats(daemon)["state"].startswith(prefix), timeout=timeout,
              interval=0.05, what=f"remote state {prefix!r}")

@@ -226,7 +226,7 @@ def test_stats_show_remote_state_and_counters(remote_daemon, redis_server):
     stats = d.stats()
     for counter in ("hits", "misses", "errors", "timeouts", "suspensions", "queue_drops",
                     "backfills", "oversize_skips", "skipped", "coalesced", "queued", "written",
-                    "shutdown_drops"):
+                    "shutdown_drops", "protocol_errors"):
         assert stats["remote"][counter] == 0, counter
     tier = stats["tiers"]["remote"]
     assert tier["state"] == "connected"

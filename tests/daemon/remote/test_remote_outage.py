@@ -10,10 +10,15 @@ import time
 
 from pt2harness import wait_for
 from remote_helpers import (MISS, OK, Load, Native, fx_key, redis_client, remote_stats,
-                            wait_remote_state)
+                            time_to_recover, wait_remote_state)
 
 OP_MS = 300
 CONNECT_MS = 200
+# Issue 9: the faults are injected under 16 concurrent clients.
+CLIENTS = 16
+# Once Redis is back, the tier is connected again within the cool-down then
+# left, plus one probe (probe interval 200 ms, and the PING itself).
+RECOVERY_SLACK_S = 1.0
 
 
 def test_daemon_starts_and_serves_with_redis_down(remote_daemon, redis_server):
@@ -59,19 +64,25 @@ def test_redis_killed_mid_load_then_restarted(remote_daemon, redis_server):
             return "fx-graph", shared[(thread * 31 + i) % len(shared)][1]  # remote, then local
         return "fx-graph", fx_key(f"miss-{thread}-{i}")[1]  # goes to Redis every time
 
-    with Load(d.socket, keys_for, threads=8) as load:
+    with Load(d.socket, keys_for, threads=CLIENTS) as load:
         time.sleep(1.0)
         redis_server.proc.send_signal(signal.SIGKILL)
         redis_server.proc.wait()
         time.sleep(2.0)
         during = remote_stats(d)
         redis_server.start()
-        time.sleep(1.0)
+        # Under the same load: back by itself within the cool-down.
+        recovered, cooldown = time_to_recover(d)
     outcomes = load.outcomes()
     assert outcomes <= {OK, MISS}, outcomes  # answers, never errors
     assert len(load.results) > 1000
     p99 = load.percentile(0.99)
-    assert p99 < OP_MS / 1000, f"p99 {p99 * 1000:.1f} ms"
+    print(f"Redis killed under {CLIENTS} clients: {len(load.results)} gets, p50 "
+          f"{load.percentile(0.5) * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms (op timeout {OP_MS} ms), "
+          f"max {load.latencies()[-1] * 1000:.1f} ms; recovered {recovered:.2f} s after "
+          f"Redis was back ({cooldown:.2f} s of cool-down left then)")
+    assert p99 <= OP_MS / 1000, f"p99 {p99 * 1000:.1f} ms"
+    assert recovered <= cooldown + RECOVERY_SLACK_S
     assert max(load.latencies()) < (OP_MS + CONNECT_MS) / 1000 + 0.2
     assert during["state"].startswith(("suspended until ", "connecting"))
     assert during["suspensions"] >= 1
@@ -95,21 +106,28 @@ def test_redis_frozen_times_out_instead_of_hanging(remote_daemon, redis_server):
 
     os.kill(redis_server.proc.pid, signal.SIGSTOP)
     try:
-        with Load(d.socket, keys_for, threads=8) as load:
+        with Load(d.socket, keys_for, threads=CLIENTS) as load:
             time.sleep(3.0)
-        stats = remote_stats(d)
+            stats = remote_stats(d)
+            os.kill(redis_server.proc.pid, signal.SIGCONT)
+            recovered, cooldown = time_to_recover(d)
     finally:
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     assert load.outcomes() == {MISS}
+    p99 = load.percentile(0.99)
+    print(f"Redis frozen under {CLIENTS} clients: {len(load.results)} gets, p50 "
+          f"{load.percentile(0.5) * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms (op timeout {OP_MS} ms), "
+          f"max {load.latencies()[-1] * 1000:.1f} ms; recovered {recovered:.2f} s after "
+          f"SIGCONT ({cooldown:.2f} s of cool-down left then)")
     # A get waits for Redis at most connect + op timeout; until the breaker
     # opens, a request may also wait for a worker that is waiting so.
     bound = (OP_MS + CONNECT_MS) / 1000
     assert max(load.latencies()) < 2 * bound + 0.3
-    assert load.percentile(0.99) <= bound + 0.1
+    assert p99 <= OP_MS / 1000
+    assert recovered <= cooldown + RECOVERY_SLACK_S
     assert stats["timeouts"] >= 1
     assert stats["suspensions"] >= 1
     assert stats["skipped"] > 0
-    wait_remote_state(d, "connected")
     assert client.get("fx-graph", fx_key("pre-1")[1]) == (OK, b"v")
 
 

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: MIT
+#include <cstring>
+#include <filesystem>
 #include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
+#include <unistd.h>
 
 #include "daemon/store/redis_context.hpp"
 #include "daemon/store/redis_pool.hpp"
+#include "tests/daemon/store/alloc_probe.hpp"
 #include "tests/daemon/store/helpers.hpp"
 #include "tests/daemon/store/redis_server.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -28,6 +34,61 @@ RedisEndpoint endpoint_of(const RedisServer& server) {
 std::string as_string(const std::vector<std::byte>& bytes) {
     return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
+
+// A one-connection server on a Unix socket that answers the connection's
+// setup (CLIENT SETNAME) with +OK and the next command with `reply`, then
+// keeps the connection open (or closes it) until destroyed. For replies
+// redis-server never sends; tests/support/hostile_redis.py does the same for
+// the daemon's tests.
+class ScriptedServer {
+public:
+    ScriptedServer(std::filesystem::path path, std::string reply, bool close_after)
+        : m_path(std::move(path)) {
+        m_listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        std::strncpy(address.sun_path, m_path.c_str(), sizeof(address.sun_path) - 1);
+        REQUIRE(::bind(m_listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+        REQUIRE(::listen(m_listener, 1) == 0);
+        m_thread = std::thread([this, reply = std::move(reply), close_after] {
+            const int fd = ::accept(m_listener, nullptr, nullptr);
+            if (fd < 0) {
+                return;
+            }
+            char buffer[4096];
+            for (const std::string& answer : {std::string("+OK\r\n"), reply}) {
+                if (::read(fd, buffer, sizeof(buffer)) <= 0) {
+                    break;
+                }
+                if (::write(fd, answer.data(), answer.size()) < 0) {
+                    break;
+                }
+            }
+            if (!close_after) {
+                // Until the client gives up.
+                [[maybe_unused]] const auto ignored = ::read(fd, buffer, sizeof(buffer));
+            }
+            ::close(fd);
+        });
+    }
+    ~ScriptedServer() {
+        ::shutdown(m_listener, SHUT_RDWR);
+        ::close(m_listener);
+        m_thread.join();
+    }
+
+    RedisEndpoint endpoint() const {
+        RedisEndpoint endpoint;
+        endpoint.unix_socket = m_path.string();
+        endpoint.op_timeout = 300ms;
+        return endpoint;
+    }
+
+private:
+    std::filesystem::path m_path;
+    int m_listener = -1;
+    std::thread m_thread;
+};
 
 } // namespace
 
@@ -196,4 +257,49 @@ TEST_CASE("redis pool reuses, bounds and drops connections", "[store][redis]") {
     }
     pool.drop_idle();
     CHECK(pool.open_count() == 0);
+}
+
+TEST_CASE("redis connection refuses hostile replies, bounded in memory and time",
+          "[store][redis]") {
+    TempDir dir;
+    struct Case {
+        std::string reply;
+        bool close_after;
+        RedisErrorKind kind;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"$99999999999\r\nabc", false, RedisErrorKind::protocol,
+         "bulk length 99999999999 over the limit of 536870912 bytes"},
+        {"$524288000\r\n0123456789", false, RedisErrorKind::timeout, "no answer within"},
+        {"$100\r\n0123456789", true, RedisErrorKind::protocol,
+         "Redis closed the connection mid-reply"},
+        {"%1\r\n+a\r\n+b\r\n", false, RedisErrorKind::protocol, "RESP3 reply type '%' (map)"},
+        {"*2147483647\r\n", false, RedisErrorKind::protocol, "over the limit of 65536 elements"},
+        {":1\r\n", false, RedisErrorKind::protocol, "GET: unexpected integer reply"},
+        {"$-1\r\n+OK\r\n", false, RedisErrorKind::protocol,
+         "unexpected bytes after the last reply"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.reply.substr(0, 20));
+        ScriptedServer server(dir.path() / "scripted.sock", c.reply, c.close_after);
+        auto connection = RedisConnection::open(server.endpoint());
+        REQUIRE(connection);
+        const RedisCommand get{{"GET", "k"}, {RedisReply::Type::string, RedisReply::Type::nil}};
+        pt2cache::tests::reset_largest_allocation();
+        const auto started = std::chrono::steady_clock::now();
+        auto reply = connection->command(get);
+        const auto took = std::chrono::steady_clock::now() - started;
+        const auto largest = pt2cache::tests::largest_allocation();
+        REQUIRE_FALSE(reply);
+        CHECK(reply.error().kind == c.kind);
+        CHECK_THAT(reply.error().message, Catch::Contains(c.message));
+        CHECK(reply.error().connectivity());
+        CHECK_FALSE(connection->usable());
+        // Memory follows the bytes that arrived: one 64 KiB step at most.
+        CHECK(largest <= (64 << 10));
+        // Cut off at the op timeout, whatever the reply announced.
+        CHECK(took < 300ms + 200ms);
+        std::filesystem::remove(dir.path() / "scripted.sock");
+    }
 }
