@@ -15,6 +15,12 @@ nlohmann::json stats_report(Context& context) {
     report["cache_dir"] = context.config.cache_dir;
     report["force_disable_caches"] = context.store->policy()->force_disable;
     report["tiers"] = context.store->tier_summary();
+    report["compile"] = context.compile.to_json();
+    const auto hashes = context.file_hashes.counters();
+    report["file_hashes"] = {{"cached", context.file_hashes.size()},
+                             {"hits", hashes.hits},
+                             {"hashed", hashes.hashed},
+                             {"bytes_hashed", hashes.bytes_hashed}};
     if (const auto* remote = dynamic_cast<const store::RedisTier*>(context.store->remote_tier())) {
         const auto policy = context.store->policy();
         auto& tier = report["tiers"]["remote"];
