@@ -45,8 +45,10 @@ struct StateDeleter {
 };
 
 // Reads and hashes an open regular file; false when it could not be read to
-// the size fstat gave (changed or failing under us).
-bool hash_fd(int fd, std::uint64_t size, proto::FileHash& out) {
+// the size fstat gave (changed or failing under us). Past `deadline` it
+// stops and answers SKIPPED.
+bool hash_fd(int fd, std::uint64_t size, std::chrono::steady_clock::time_point deadline,
+             proto::FileHash& out) {
     std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
     if (!state || XXH3_128bits_reset(state.get()) != XXH_OK) {
         return false;
@@ -65,6 +67,10 @@ bool hash_fd(int fd, std::uint64_t size, proto::FileHash& out) {
         if (n == 0) {
             break;
         }
+        if (std::chrono::steady_clock::now() >= deadline) {
+            out.status = proto::FileStatus::skipped;
+            return false;
+        }
         total += static_cast<std::uint64_t>(n);
         XXH3_128bits_update(state.get(), buffer.data(), static_cast<std::size_t>(n));
     }
@@ -78,7 +84,8 @@ bool hash_fd(int fd, std::uint64_t size, proto::FileHash& out) {
 
 } // namespace
 
-proto::FileHash FileHashCache::hash(const std::string& path) {
+proto::FileHash FileHashCache::hash(const std::string& path,
+                                    std::chrono::steady_clock::time_point deadline) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         return status_only(errno == ENOENT || errno == ENOTDIR ? proto::FileStatus::not_found
@@ -114,7 +121,10 @@ proto::FileHash FileHashCache::hash(const std::string& path) {
         return status_only(proto::FileStatus::too_large);
     }
     const auto opened_stamp = stamp_of(opened);
-    const bool complete = hash_fd(fd, opened_stamp.size, out);
+    const bool complete = hash_fd(fd, opened_stamp.size, deadline, out);
+    if (out.status == proto::FileStatus::skipped) {
+        return status_only(proto::FileStatus::skipped);
+    }
     if (out.status != proto::FileStatus::ok) {
         return status_only(proto::FileStatus::unreadable);
     }
@@ -128,7 +138,7 @@ proto::FileHash FileHashCache::hash(const std::string& path) {
     const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    const auto racy_ns = std::chrono::nanoseconds(k_racy_window).count();
+    const auto racy_ns = m_racy_window.count();
     const bool settled =
         now_ns - opened_stamp.mtime_ns >= racy_ns && now_ns - opened_stamp.ctime_ns >= racy_ns;
     if (unchanged && settled) {
@@ -149,7 +159,7 @@ FileHashCache::hash_all(std::span<const std::string_view> paths,
             continue;
         }
         path.assign(view);
-        hashes.push_back(hash(path));
+        hashes.push_back(hash(path, deadline));
     }
     return hashes;
 }

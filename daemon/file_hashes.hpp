@@ -50,12 +50,16 @@ public:
     // A file changed this recently is hashed but not remembered.
     static constexpr std::chrono::seconds k_racy_window{2};
 
-    explicit FileHashCache(std::size_t capacity = k_default_capacity)
-        : m_capacity(capacity) {}
+    explicit FileHashCache(std::size_t capacity = k_default_capacity,
+                           std::chrono::nanoseconds racy_window = k_racy_window)
+        : m_capacity(capacity)
+        , m_racy_window(racy_window) {}
 
     // Stats `path` and answers its hash, from the cache when the stamp
-    // matches, else by reading it (blocking: call from the worker pool).
-    proto::FileHash hash(const std::string& path);
+    // matches, else by reading it (blocking: call from the worker pool);
+    // SKIPPED when reading runs past `deadline`.
+    proto::FileHash hash(const std::string& path, std::chrono::steady_clock::time_point deadline =
+                                                      std::chrono::steady_clock::time_point::max());
 
     // Hashes `paths` in order; paths not reached before `deadline` are
     // answered SKIPPED.
@@ -77,6 +81,7 @@ private:
     void remember(const std::string& path, const FileStamp& stamp, const proto::FileHash& hash);
 
     const std::size_t m_capacity;
+    const std::chrono::nanoseconds m_racy_window;
     mutable std::mutex m_mutex;
     List m_lru; // most recent first
     std::unordered_map<std::string_view, List::iterator> m_map;
