@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <unistd.h>
 
 #include "proto/bytes.hpp"
@@ -257,12 +258,15 @@ tl::expected<BuildRecord, std::string> decode_result(std::span<const std::byte> 
     ZstdDStream stream;
     ZSTD_inBuffer in{body.data() + wire::k_result_header_size, header->compressed_size, 0};
     const std::uint64_t total = header->stdout_size + header->stderr_size + header->output_size;
-    std::vector<char> chunk(k_write_chunk);
+    // Uninitialised and no larger than the output: a small hit touches few pages.
+    const auto chunk_size = static_cast<std::size_t>(
+        std::min<std::uint64_t>(k_write_chunk, std::max<std::uint64_t>(header->output_size, 1)));
+    const std::unique_ptr<char[]> chunk(new char[chunk_size]);
     std::uint64_t produced = 0;
     std::size_t last = 1;
     while (produced < total || last != 0) {
-        char* target = chunk.data();
-        std::size_t room = chunk.size();
+        char* target = chunk.get();
+        std::size_t room = chunk_size;
         // stdout and stderr are decompressed straight into their strings.
         if (produced < header->stdout_size) {
             target = record.out.data() + produced;

@@ -154,6 +154,7 @@ std::optional<CompilerFacts> Launcher::compiler_facts() {
         } else if (!found) {
             m_daemon_ok = false;
             log("daemon unavailable: " + found.error().message);
+            return std::nullopt; // nothing could be stored: not worth asking the compiler
         }
     }
     auto facts = query_compiler(m_compiler);
