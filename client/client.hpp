@@ -110,7 +110,8 @@ struct BundleBegin {
 
 using Bytes = std::vector<std::byte>;
 
-// What HASH_FILES answers for one path (docs/protocol.md, "Hashing files").
+// What HASH_FILES answers for one path (docs/protocol.md, "Hashing files"); the
+// same values as proto::FileStatus, repeated so that this header stands alone.
 enum class FileStatus : std::uint8_t {
     ok = 0,
     not_found = 1,
