@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -28,7 +29,14 @@ def test_pass_through_is_byte_identical(daemon, tmp_root):
     write(tmp_root / "n.cpp", "int n;\n")
     ok(cxx(["-c", "m.cpp", "n.cpp"], tmp_root, env))
     assert (tmp_root / "m.o").exists() and (tmp_root / "n.o").exists()
-    mine = run([LAUNCHER, "-x", "c++", "-E", "-"], tmp_root, env)
+    stdin_args = ["-x", "c++", "-c", "-", "-o", "stdin.o"]
+    mine = subprocess.run([LAUNCHER, *stdin_args], cwd=tmp_root, env=env, capture_output=True,
+                          input=b"int from_stdin() { return 7; }\n", timeout=60)
+    assert mine.returncode == 0, mine.stderr
+    built = (tmp_root / "stdin.o").read_bytes()
+    subprocess.run([GXX, *stdin_args], cwd=tmp_root, input=b"int from_stdin() { return 7; }\n",
+                   check=True, timeout=60)
+    assert (tmp_root / "stdin.o").read_bytes() == built
     assert counters(daemon).get("lookups", 0) == 0
 
 
