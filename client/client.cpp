@@ -192,7 +192,8 @@ tl::expected<void, Error> Client::handshake(Clock::time_point deadline) {
     const std::uint32_t id = m_next_id++;
     proto::encode_hello(frame, id,
                         proto::HelloRequest{proto::k_version,
-                                            proto::capability::ttl | proto::capability::bundle,
+                                            proto::capability::ttl | proto::capability::bundle |
+                                                proto::capability::hash_files,
                                             m_options.client_name});
     if (auto sent = socket::send_all(m_fd, frame, {}, deadline); !sent) {
         // A refusing daemon may have closed before the HELLO went out: its

@@ -15,6 +15,7 @@
 // header of the project. C callers use <pt2cache/pt2cache.h>.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -110,6 +111,24 @@ struct BundleBegin {
 
 using Bytes = std::vector<std::byte>;
 
+// What HASH_FILES answers for one path (docs/protocol.md, "Hashing files"); the
+// same values as proto::FileStatus, repeated so that this header stands alone.
+enum class FileStatus : std::uint8_t {
+    ok = 0,
+    not_found = 1,
+    not_regular = 2,
+    too_large = 3,
+    unreadable = 4,
+    skipped = 5,
+};
+
+struct FileHash {
+    FileStatus status = FileStatus::unreadable;
+    std::uint64_t size = 0;
+    // XXH3-128 of the content, canonical (big-endian) byte order.
+    std::array<std::byte, 16> hash{};
+};
+
 struct ListEntry {
     std::string key;
     std::uint64_t size = 0;
@@ -188,6 +207,12 @@ public:
     // exist; returns how many entries were stored (0 when none were). An
     // unknown, expired or already ended token is Error{server, unknown_token}.
     tl::expected<std::uint32_t, Error> bundle_end(std::uint64_t token);
+
+    // Content hashes of `paths` (absolute, at most 4,096 of at most 4,096
+    // bytes each), read by the daemon through its (path, stat) → hash cache;
+    // result i answers paths[i]. A daemon without the HASH_FILES capability
+    // gives Error{server, unknown_op} without anything being sent.
+    tl::expected<std::vector<FileHash>, Error> hash_files(std::span<const std::string> paths);
 
     // The round-trip time of one PING (connecting first if needed, which is
     // not counted).

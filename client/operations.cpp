@@ -10,6 +10,7 @@
 #include "client/client.hpp"
 #include "proto/bytes.hpp"
 #include "proto/frame.hpp"
+#include "proto/hash_files.hpp"
 #include "proto/messages.hpp"
 
 #include <fmt/format.h>
@@ -283,6 +284,57 @@ tl::expected<std::uint64_t, Error> Client::clear(std::string_view ns) {
                                          "pt2cached sent a malformed CLEAR response"}));
     }
     return *count;
+}
+
+tl::expected<std::vector<FileHash>, Error> Client::hash_files(std::span<const std::string> paths) {
+    if (paths.empty()) {
+        return std::vector<FileHash>{};
+    }
+    std::size_t body = 2;
+    for (const auto& path : paths) {
+        if (path.empty() || path.size() > proto::k_max_hash_path || path.front() != '/') {
+            return invalid(Status::malformed,
+                           fmt::format("HASH_FILES path \"{}\" is not absolute or longer than {} "
+                                       "bytes",
+                                       path, proto::k_max_hash_path));
+        }
+        body += 2 + path.size();
+    }
+    if (paths.size() > proto::k_max_hash_files || body > proto::k_max_hash_files_body) {
+        return invalid(Status::malformed,
+                       fmt::format("HASH_FILES of {} paths ({} bytes) exceeds the limits",
+                                   paths.size(), body));
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if ((m_capabilities & proto::capability::hash_files) == 0) {
+        return invalid(Status::unknown_op, fmt::format("pt2cached at {} does not offer HASH_FILES",
+                                                       m_options.socket_path));
+    }
+    const auto id = begin_request();
+    proto::encode_hash_files(m_out, id, paths);
+    auto reply =
+        round_trip(proto::Op::hash_files, id, {}, 2 + paths.size() * proto::k_file_hash_size);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::hash_files, reply->status)));
+    }
+    auto parsed = proto::parse_hash_files_response(reply->body, paths.size());
+    if (!parsed) {
+        return tl::unexpected(fail(
+            Error{ErrorKind::protocol, Status::internal,
+                  "pt2cached sent a malformed HASH_FILES response: " + parsed.error().message}));
+    }
+    std::vector<FileHash> out(parsed->size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i].status = static_cast<FileStatus>((*parsed)[i].status);
+        out[i].size = (*parsed)[i].size;
+        out[i].hash = (*parsed)[i].hash;
+    }
+    return out;
 }
 
 tl::expected<BundleBegin, Error> Client::bundle_begin(std::string_view code_hash,

@@ -15,6 +15,8 @@
 #include "daemon/asio.hpp"
 #include "daemon/bundles.hpp"
 #include "daemon/inflight_budget.hpp"
+#include "daemon/compile_stats.hpp"
+#include "daemon/file_hashes.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/store.hpp"
 #include "proto/frame.hpp"
@@ -30,6 +32,9 @@ struct Context {
     // Open autotune bundles; server.cpp sets the idle timeout and sweeps it.
     BundleRegistry bundles{std::chrono::seconds(600)};
     asio::thread_pool* blocking = nullptr;
+    // HASH_FILES' cache and pt2cache-cxx's counters (docs/cxx.md).
+    FileHashCache file_hashes;
+    CompileCounters compile;
 
     // Read by sessions for each frame; changed by SIGHUP.
     std::atomic<std::uint64_t> max_value{proto::k_default_max_value};

@@ -6,6 +6,7 @@
 #include "daemon/bundles.hpp"
 #include "daemon/connection.hpp"
 #include "daemon/fetch.hpp"
+#include "daemon/file_hashes.hpp"
 #include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 #include "daemon/stats_report.hpp"
@@ -251,6 +252,14 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
         co_return co_await handle_list(header, body);
     case Op::clear:
         co_return co_await handle_clear(header, body);
+    case Op::hash_files: {
+        auto hashes = co_await serve_hash_files(m_context, body);
+        if (!hashes) {
+            co_return fail(header, hashes.error());
+        }
+        reply(header, Status::ok, *hashes);
+        co_return true;
+    }
     case Op::bundle_begin:
         co_return co_await handle_bundle_begin(header, body);
     case Op::bundle_end:
@@ -276,7 +285,8 @@ bool NativeSession::handle_hello(const proto::Header& header, std::span<const st
     logger("session").debug("[{}] HELLO from {}", m_connection.id(), hello->client_name);
     proto::HelloResponse response;
     response.capabilities =
-        hello->capabilities & (proto::capability::ttl | proto::capability::bundle);
+        hello->capabilities &
+        (proto::capability::ttl | proto::capability::bundle | proto::capability::hash_files);
     response.max_value = m_context.max_value.load();
     response.server_name = k_server_name;
     proto::encode_hello_response(m_out.bytes(), header.id, response);
@@ -299,6 +309,8 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
         co_return fail(header, {Status::storage_error, found.error().message});
     }
     auto& entry = *found;
+    const auto hit_bytes = entry ? entry->value.bytes() : std::span<const std::byte>();
+    m_context.compile.on_get(ns, key, entry ? &hit_bytes : nullptr);
     if (!entry) {
         reply(header, Status::miss);
         co_return true;
@@ -352,6 +364,9 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     });
     if (!outcome) {
         co_return fail(header, {Status::storage_error, outcome.error().message});
+    }
+    if (*outcome == store::PutOutcome::stored) {
+        m_context.compile.on_put(ns, key);
     }
     reply(header, *outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
     co_return true;

@@ -17,6 +17,12 @@ nlohmann::json stats_report(Context& context) {
     report["tiers"] = context.store->tier_summary();
     report["daemon"]["inflight_bytes"] = context.inflight.in_use();
     report["daemon"]["inflight_limit"] = context.inflight.limit();
+    report["compile"] = context.compile.to_json();
+    const auto hashes = context.file_hashes.counters();
+    report["file_hashes"] = {{"cached", context.file_hashes.size()},
+                             {"hits", hashes.hits},
+                             {"hashed", hashes.hashed},
+                             {"bytes_hashed", hashes.bytes_hashed}};
     if (const auto* remote = dynamic_cast<const store::RedisTier*>(context.store->remote_tier())) {
         const auto policy = context.store->policy();
         auto& tier = report["tiers"]["remote"];

@@ -99,7 +99,9 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
 std::unique_ptr<store::Store> make_store(const config::Config& config, store::Stats& stats) {
     std::unique_ptr<store::MemoryTier> memory;
     if (config.memory_max_size > 0) {
-        memory = std::make_unique<store::MemoryTier>(config.memory_max_size, stats);
+        memory = std::make_unique<store::MemoryTier>(config.memory_max_size, stats,
+                                                     config.memory_max_size /
+                                                         store::MemoryTier::k_bypass_divisor);
     }
     std::unique_ptr<store::DiskTier> disk;
     if (config.disk_max_size > 0) {

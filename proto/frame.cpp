@@ -26,6 +26,8 @@ std::string_view op_name(Op op) {
         return "LIST";
     case Op::clear:
         return "CLEAR";
+    case Op::hash_files:
+        return "HASH_FILES";
     case Op::bundle_begin:
         return "BUNDLE_BEGIN";
     case Op::bundle_end:
@@ -79,6 +81,7 @@ bool is_known_op(std::uint8_t op) {
     case Op::stats:
     case Op::list:
     case Op::clear:
+    case Op::hash_files:
     case Op::bundle_begin:
     case Op::bundle_end:
         return true;
@@ -105,6 +108,8 @@ std::uint64_t max_request_body(Op op, const Limits& limits) {
         return k_put_overhead + limits.max_value;
     case Op::ping:
         return k_max_ping;
+    case Op::hash_files:
+        return k_max_hash_files_body;
     default:
         return k_max_small_body;
     }

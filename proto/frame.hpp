@@ -26,6 +26,7 @@ inline constexpr std::uint64_t k_default_max_value = 512ull << 20;
 inline constexpr std::size_t k_max_ping = 64u << 10;
 inline constexpr std::size_t k_max_small_body = 4096;
 inline constexpr std::uint32_t k_max_list_limit = 10'000;
+inline constexpr std::size_t k_max_hash_files_body = 1u << 20;
 // ns:str8 + key:str16 + ttl:u64 + bundle token:u64, at their largest.
 inline constexpr std::size_t k_put_overhead = 1 + k_max_namespace + 2 + k_max_key + 8 + 8;
 
@@ -39,6 +40,7 @@ enum class Op : std::uint8_t {
     stats = 0x07,
     list = 0x08,
     clear = 0x09,
+    hash_files = 0x0A,
     bundle_begin = 0x20,
     bundle_end = 0x21,
 };
@@ -63,6 +65,7 @@ enum class Status : std::uint8_t {
 namespace capability {
 inline constexpr std::uint32_t ttl = 1u << 0;
 inline constexpr std::uint32_t bundle = 1u << 1;
+inline constexpr std::uint32_t hash_files = 1u << 2;
 } // namespace capability
 
 namespace put_flag {

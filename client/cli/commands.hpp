@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace pt2cache::client::cli {
 
@@ -42,6 +43,10 @@ int run_rm(const Globals& globals, const KeyArgs& args);
 int run_ls(const Globals& globals, const std::string& ns, bool long_format, std::uint64_t limit);
 int run_clear(const Globals& globals, const std::string& ns, bool yes);
 int run_config(const Globals& globals);
+
+// cxx_commands.cpp: `args` is a compiler command line (optionally starting
+// with the compiler's name).
+int run_cxx_explain(const Globals& globals, const std::vector<std::string>& args);
 
 // autotune_commands.cpp
 int run_bundle_ls(const Globals& globals);

@@ -151,6 +151,28 @@ std::string render_tiers(const nlohmann::json& stats) {
     return out;
 }
 
+// Per namespace of a compile cache (docs/cxx.md, "Statistics"): lookups,
+// hits, misses, real builds stored and the build seconds hits saved.
+std::string render_compile(const nlohmann::json& stats) {
+    const auto compile = stats.find("compile");
+    if (compile == stats.end() || !compile->is_object() || compile->empty()) {
+        return {};
+    }
+    std::string out = "\ncompile cache\n";
+    out += fmt::format("  {:<12}  {:>8}  {:>8}  {:>8}  {:>8}  {:>12}\n", "NAMESPACE", "LOOKUPS",
+                       "HITS", "MISSES", "BUILDS", "SAVED");
+    for (const auto& [ns, row] : compile->items()) {
+        if (!row.is_object()) {
+            continue;
+        }
+        const auto saved_s = static_cast<double>(counter(row, "saved_ms")) / 1000.0;
+        out += fmt::format("  {:<12}  {:>8}  {:>8}  {:>8}  {:>8}  {:>10.1f} s\n", ns,
+                           counter(row, "lookups"), counter(row, "hits"), counter(row, "misses"),
+                           counter(row, "builds"), saved_s);
+    }
+    return out;
+}
+
 } // namespace
 
 std::string render_stats(const nlohmann::json& stats) {
@@ -190,6 +212,8 @@ std::string render_stats(const nlohmann::json& stats) {
         }
         out += line + "\n";
     }
+
+    out += render_compile(stats);
 
     // Rows first, to size the columns.
     std::vector<std::array<std::string, k_columns.size() + 2>> rows;

@@ -3,6 +3,7 @@
 // `pt2cache`: inspect and use the per-user pt2cached daemon from a shell.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "client/cli/commands.hpp"
 #include "proto/frame.hpp"
@@ -135,6 +136,15 @@ int run(int argc, char** argv) {
         ->required()
         ->check(k_key);
 
+    std::vector<std::string> cxx_args;
+    bool explain = false;
+    auto* cxx = app.add_subcommand(
+        "cxx", "Show what pt2cache-cxx keys a compile on: pt2cache cxx --explain -- ARGS...");
+    cxx->add_flag("--explain", explain,
+                  "Print each key input and its hash, and which stored variant matches")
+        ->required();
+    cxx->add_option("ARGS", cxx_args, "The compiler command line (after --)")->required();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -171,6 +181,9 @@ int run(int argc, char** argv) {
     }
     if (*bundle_show) {
         return run_bundle_show(globals, bundle_key);
+    }
+    if (*cxx) {
+        return run_cxx_explain(globals, cxx_args);
     }
     if (*autotune_show) {
         return run_autotune_show(globals, autotune_key);

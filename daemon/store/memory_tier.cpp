@@ -6,8 +6,9 @@
 
 namespace pt2cache::daemon::store {
 
-MemoryTier::MemoryTier(std::uint64_t capacity_bytes, Stats& stats)
+MemoryTier::MemoryTier(std::uint64_t capacity_bytes, Stats& stats, std::uint64_t max_entry_bytes)
     : m_capacity(capacity_bytes)
+    , m_max_entry(max_entry_bytes == 0 ? capacity_bytes : std::min(max_entry_bytes, capacity_bytes))
     , m_stats(stats) {}
 
 MemoryTier::~MemoryTier() = default;
@@ -86,7 +87,7 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
         if (const auto it = m_map.find(map_node.key()); it != m_map.end()) {
             unlink_locked(it, replaced);
         }
-        if (charge > m_capacity) {
+        if (charge > m_max_entry) {
             // Not stored; the older value (if any) is gone, so it is never
             // served after a newer put.
             return {};

@@ -24,9 +24,15 @@ class MemoryTier final : public Tier {
 public:
     static constexpr std::uint64_t k_entry_overhead = 64;
 
-    // `capacity_bytes` 0 disables the tier: it stores nothing. Evictions are
+    // The share of the capacity above which an entry bypasses the tier, in the
+    // daemon (docs/architecture.md): a value larger than 1/8 of the tier would
+    // evict much of everything else for one entry.
+    static constexpr std::uint64_t k_bypass_divisor = 8;
+
+    // `capacity_bytes` 0 disables the tier: it stores nothing. Entries charged
+    // more than `max_entry_bytes` (0: the capacity) are not stored. Evictions are
     // counted in `stats`, which must outlive the tier.
-    MemoryTier(std::uint64_t capacity_bytes, Stats& stats);
+    MemoryTier(std::uint64_t capacity_bytes, Stats& stats, std::uint64_t max_entry_bytes = 0);
     ~MemoryTier() override;
     MemoryTier(const MemoryTier&) = delete;
     MemoryTier& operator=(const MemoryTier&) = delete;
@@ -37,8 +43,8 @@ public:
     tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns,
                                                        std::string_view key) override;
 
-    // Never fails. An entry charged more than the capacity is not stored (and
-    // an older value of the same key is dropped).
+    // Never fails. An entry charged more than the capacity or the largest
+    // entry is not stored (and an older value of the same key is dropped).
     tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
                                        const Entry& entry) override;
 
@@ -59,6 +65,7 @@ public:
     std::uint64_t size_bytes() const;
     std::size_t count() const;
     std::uint64_t capacity() const { return m_capacity; }
+    std::uint64_t max_entry() const { return m_max_entry; }
     bool enabled() const { return m_capacity > 0; }
 
     // What an entry costs against the capacity.
@@ -85,6 +92,7 @@ private:
     void count_evictions(const List& evicted);
 
     const std::uint64_t m_capacity;
+    const std::uint64_t m_max_entry;
     Stats& m_stats;
 
     mutable std::mutex m_mutex;

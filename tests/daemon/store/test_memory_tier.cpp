@@ -209,3 +209,27 @@ TEST_CASE("memory tier survives concurrent use", "[store][memory]") {
     CHECK_FALSE(bad);
     CHECK(tier.size_bytes() <= capacity);
 }
+
+TEST_CASE("memory tier lets entries above its largest entry bypass it", "[store][memory]") {
+    Stats stats;
+    // As the daemon builds it: entries above 1/8 of the capacity bypass it.
+    const std::uint64_t capacity = 16 * k_charge;
+    MemoryTier tier(capacity, stats, capacity / MemoryTier::k_bypass_divisor);
+    CHECK(tier.max_entry() == 2 * k_charge);
+    REQUIRE(tier.put("t", "k1", make_entry(random_bytes(100, 1))));
+    CHECK(has(tier, "k1"));
+    // 2 × k_charge fits exactly; one byte more does not, and drops the older value.
+    REQUIRE(tier.put("t", "k2", make_entry(random_bytes(100 + k_charge, 2))));
+    CHECK(has(tier, "k2"));
+    REQUIRE(tier.put("t", "k2", make_entry(random_bytes(101 + k_charge, 3))));
+    CHECK_FALSE(has(tier, "k2"));
+    CHECK(has(tier, "k1"));
+    CHECK(tier.count() == 1);
+    CHECK(tier.size_bytes() == k_charge);
+
+    // Without a largest entry, the capacity is the bound.
+    MemoryTier plain(capacity, stats);
+    CHECK(plain.max_entry() == capacity);
+    REQUIRE(plain.put("t", "k3", make_entry(random_bytes(100 + 8 * k_charge, 4))));
+    CHECK(plain.lookup("t", "k3").has_value());
+}

@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: MIT
+#include "client/cxx/args.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace pt2cache::client::cxx {
+
+namespace {
+
+bool starts_with_any(std::string_view text, std::span<const std::string_view> prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(),
+                       [&](std::string_view p) { return text.starts_with(p); });
+}
+
+bool ends_with_any(std::string_view text, std::span<const std::string_view> suffixes) {
+    return std::any_of(suffixes.begin(), suffixes.end(),
+                       [&](std::string_view s) { return text.ends_with(s); });
+}
+
+// Options that never give a cacheable invocation: they preprocess, print,
+// write side files, or read files the dependency output does not name.
+constexpr std::array<std::string_view, 27> k_uncacheable_exact = {"-E",
+                                                                  "-S",
+                                                                  "-v",
+                                                                  "--version",
+                                                                  "-dumpversion",
+                                                                  "-dumpfullversion",
+                                                                  "-dumpmachine",
+                                                                  "-dumpspecs",
+                                                                  "-###",
+                                                                  "-Xpreprocessor",
+                                                                  "-Xassembler",
+                                                                  "-wrapper",
+                                                                  "-aux-info",
+                                                                  "-fsyntax-only",
+                                                                  "-H",
+                                                                  "-Q",
+                                                                  "-time",
+                                                                  "-pass-exit-codes",
+                                                                  "-T",
+                                                                  "-undef",
+                                                                  "-C",
+                                                                  "-CC",
+                                                                  "-P",
+                                                                  "-traditional-cpp",
+                                                                  "-trigraphs",
+                                                                  "-remap",
+                                                                  "-no-integrated-cpp"};
+
+constexpr std::array<std::string_view, 26> k_uncacheable_prefixes = {"-M",
+                                                                     "--help",
+                                                                     "-print-",
+                                                                     "-save-temps",
+                                                                     "-dump",
+                                                                     "-fdump-",
+                                                                     "-fprofile",
+                                                                     "-fauto-profile",
+                                                                     "-fplugin",
+                                                                     "-fstack-usage",
+                                                                     "-fcallgraph-info",
+                                                                     "-fsave-optimization-record",
+                                                                     "-fcoverage",
+                                                                     "--coverage",
+                                                                     "-ftest-coverage",
+                                                                     "-fcompare-debug",
+                                                                     "-specs",
+                                                                     "-B",
+                                                                     "-Wp,",
+                                                                     "-gsplit-dwarf",
+                                                                     "-flto",
+                                                                     "-fopt-info",
+                                                                     "-d",
+                                                                     "-time=",
+                                                                     "-fdiagnostics-format=",
+                                                                     "--target-help"};
+
+// Options known to change only what the compiler and linker produce into the
+// one output (or their diagnostics), checked after the cases above.
+constexpr std::array<std::string_view, 28> k_flag_prefixes = {"-D",
+                                                              "-U",
+                                                              "-I",
+                                                              "-O",
+                                                              "-f",
+                                                              "-m",
+                                                              "-W",
+                                                              "-w",
+                                                              "-std=",
+                                                              "-g",
+                                                              "-pedantic",
+                                                              "-ansi",
+                                                              "-pthread",
+                                                              "-shared",
+                                                              "-static",
+                                                              "-rdynamic",
+                                                              "-nostdinc",
+                                                              "-nostdlib",
+                                                              "-nodefaultlibs",
+                                                              "-nostartfiles",
+                                                              "-pipe",
+                                                              "-isystem",
+                                                              "-iquote",
+                                                              "-idirafter",
+                                                              "-pie",
+                                                              "-no-pie",
+                                                              "--sysroot=",
+                                                              "-Wa,"};
+
+// Options whose operand is the next argument when not joined.
+constexpr std::array<std::string_view, 17> k_separate_operand = {
+    "-I",        "-D",        "-U",       "-isystem",     "-idirafter",
+    "-iquote",   "-imacros",  "-iprefix", "-iwithprefix", "-iwithprefixbefore",
+    "-isysroot", "--sysroot", "--param",  "-u",           "-z",
+    "-e",        "-Xlinker"};
+
+constexpr std::array<std::string_view, 10> k_source_suffixes = {
+    ".cpp", ".cc", ".cxx", ".c++", ".cp", ".C", ".CPP", ".c", ".ii", ".i"};
+constexpr std::array<std::string_view, 7> k_header_suffixes = {".h", ".hh",  ".hpp", ".hxx",
+                                                               ".H", ".h++", ".tcc"};
+constexpr std::array<std::string_view, 3> k_link_suffixes = {".o", ".a", ".so"};
+
+// Linker options that read or write files of their own.
+constexpr std::array<std::string_view, 11> k_linker_files = {"-Map",
+                                                             "--Map",
+                                                             "--out-implib",
+                                                             "--dependency-file",
+                                                             "-plugin",
+                                                             "--plugin",
+                                                             "--version-script",
+                                                             "--dynamic-list",
+                                                             "-T",
+                                                             "--script",
+                                                             "@"};
+
+bool linker_option_ok(std::string_view option) {
+    return !starts_with_any(option, k_linker_files);
+}
+
+bool is_link_input(std::string_view path) {
+    if (ends_with_any(path, k_link_suffixes)) {
+        return true;
+    }
+    const auto so = path.rfind(".so.");
+    return so != std::string_view::npos &&
+           path.find_first_not_of("0123456789.", so + 4) == std::string_view::npos;
+}
+
+Classification no(std::string reason) {
+    return Classification{std::nullopt, Uncacheable{std::move(reason)}};
+}
+
+} // namespace
+
+std::string_view kind_name(Kind kind) {
+    switch (kind) {
+    case Kind::shared_object:
+        return "shared-object";
+    case Kind::object:
+        return "object";
+    case Kind::precompiled_header:
+        return "precompiled-header";
+    }
+    return "unknown";
+}
+
+Classification classify(std::span<const std::string> args) {
+    Invocation inv;
+    std::optional<std::size_t> source;
+    bool source_is_header = false;
+    bool compile_only = false;
+    bool shared = false;
+    std::optional<std::size_t> output;
+    std::string language = "none";
+
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string_view a = args[i];
+        const bool has_next = i + 1 < args.size();
+        if (a.empty()) {
+            return no("an empty argument");
+        }
+        if (a.find(k_placeholder_mark) != std::string_view::npos) {
+            return no(std::string("an argument containing ") + std::string(k_placeholder_mark));
+        }
+        if (a.front() == '@') {
+            return no("a response file (" + std::string(a) + ")");
+        }
+        if (a == "-") {
+            return no("input from stdin");
+        }
+        if (a.front() != '-') {
+            const bool header = language == "c++-header" ||
+                                (language == "none" && ends_with_any(a, k_header_suffixes));
+            const bool source_file =
+                language == "c++" || (language == "none" && ends_with_any(a, k_source_suffixes));
+            if (header || source_file) {
+                if (source) {
+                    return no("several sources");
+                }
+                source = i;
+                source_is_header = header;
+            } else if (language == "none" && is_link_input(a)) {
+                inv.link_inputs.emplace_back(a);
+            } else {
+                return no("an input of unknown kind (" + std::string(a) + ")");
+            }
+            continue;
+        }
+        if (std::find(k_uncacheable_exact.begin(), k_uncacheable_exact.end(), a) !=
+                k_uncacheable_exact.end() ||
+            starts_with_any(a, k_uncacheable_prefixes)) {
+            return no("option " + std::string(a));
+        }
+        if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
+            if (output) {
+                return no("several -o");
+            }
+            if (a == "-o") {
+                if (!has_next) {
+                    return no("-o without a file");
+                }
+                output = ++i;
+                inv.output_path = args[i];
+            } else {
+                output = i;
+                inv.output_path = std::string(a.substr(2));
+            }
+            continue;
+        }
+        if (a == "-x" || (a.starts_with("-x") && a.size() > 2)) {
+            if (a == "-x") {
+                if (!has_next) {
+                    return no("-x without a language");
+                }
+                language = args[++i];
+            } else {
+                language = std::string(a.substr(2));
+            }
+            if (language != "c++" && language != "c++-header" && language != "none") {
+                return no("language " + language);
+            }
+            continue;
+        }
+        if (a == "-c") {
+            compile_only = true;
+            continue;
+        }
+        if (a == "-shared") {
+            shared = true;
+            continue;
+        }
+        // Options whose operand is joined ("-lfoo") or the next argument.
+        bool operand_missing = false;
+        bool taken = false;
+        for (auto& [option, list] : {std::pair{std::string_view("-include"), &inv.includes},
+                                     std::pair{std::string_view("-L"), &inv.library_dirs},
+                                     std::pair{std::string_view("-l"), &inv.libraries}}) {
+            if (!a.starts_with(option)) {
+                continue;
+            }
+            if (a.size() > option.size()) {
+                list->emplace_back(a.substr(option.size()));
+            } else if (has_next) {
+                list->push_back(args[++i]);
+            } else {
+                operand_missing = true;
+            }
+            taken = true;
+            break;
+        }
+        if (operand_missing) {
+            return no(std::string(a) + " without an operand");
+        }
+        if (taken) {
+            continue;
+        }
+        if (a.starts_with("-Wl,")) {
+            std::string_view rest = a.substr(4);
+            while (!rest.empty()) {
+                const auto comma = rest.find(',');
+                if (!linker_option_ok(rest.substr(0, comma))) {
+                    return no("linker option " + std::string(a));
+                }
+                rest =
+                    comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+            }
+            continue;
+        }
+        if (std::find(k_separate_operand.begin(), k_separate_operand.end(), a) !=
+            k_separate_operand.end()) {
+            if (!has_next) {
+                return no(std::string(a) + " without an operand");
+            }
+            if (a == "-Xlinker" && !linker_option_ok(args[i + 1])) {
+                return no("linker option " + args[i + 1]);
+            }
+            ++i;
+            continue;
+        }
+        if (a == "-march=native" || a == "-mtune=native" || a == "-mcpu=native") {
+            inv.uses_native = true;
+            continue;
+        }
+        if (a.starts_with("-g") && a != "-g0") {
+            inv.debug_info = true;
+        }
+        if (a == "-static") {
+            inv.static_link = true;
+        }
+        if (a == "-nostdlib" || a == "-nodefaultlibs") {
+            inv.no_default_libs = true;
+        }
+        if (a != "-s" && !starts_with_any(a, k_flag_prefixes)) {
+            return no("unknown option " + std::string(a));
+        }
+    }
+
+    if (!source) {
+        return no("no source file");
+    }
+    if (!output) {
+        return no("no -o");
+    }
+    if (inv.output_path.empty() || inv.output_path == "-") {
+        return no("output to stdout");
+    }
+    inv.source = *source;
+    inv.output = *output;
+    inv.source_path = args[*source];
+    if (inv.source_path == inv.output_path) {
+        return no("the output is the source");
+    }
+    if (source_is_header) {
+        inv.kind = Kind::precompiled_header;
+    } else if (compile_only) {
+        inv.kind = Kind::object;
+    } else if (shared) {
+        inv.kind = Kind::shared_object;
+    } else {
+        return no("links an executable");
+    }
+    if (inv.kind != Kind::shared_object && !inv.link_inputs.empty()) {
+        return no("link inputs without linking");
+    }
+    return Classification{std::move(inv), {}};
+}
+
+PathRewriter::PathRewriter(std::vector<Rule> rules) {
+    for (auto& rule : rules) {
+        while (rule.directory.size() > 1 && rule.directory.back() == '/') {
+            rule.directory.pop_back();
+        }
+        if (rule.directory.empty() || rule.directory == "/" || rule.directory.front() != '/') {
+            continue;
+        }
+        const bool known = std::any_of(m_rules.begin(), m_rules.end(), [&](const Rule& r) {
+            return r.directory == rule.directory;
+        });
+        if (!known) {
+            m_rules.push_back(std::move(rule));
+        }
+    }
+    std::stable_sort(m_rules.begin(), m_rules.end(), [](const Rule& a, const Rule& b) {
+        return a.directory.size() > b.directory.size();
+    });
+}
+
+std::string PathRewriter::rewrite(std::string_view text) const {
+    std::string out;
+    out.reserve(text.size());
+    std::size_t i = 0;
+    while (i < text.size()) {
+        bool replaced = false;
+        for (const auto& rule : m_rules) {
+            const auto& dir = rule.directory;
+            if (text.substr(i).starts_with(dir) &&
+                (i + dir.size() == text.size() || text[i + dir.size()] == '/')) {
+                out += rule.placeholder;
+                i += dir.size();
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) {
+            out += text[i++];
+        }
+    }
+    return out;
+}
+
+std::string PathRewriter::expand(std::string_view text) const {
+    std::string out(text);
+    for (const auto& rule : m_rules) {
+        std::size_t at = 0;
+        while ((at = out.find(rule.placeholder, at)) != std::string::npos) {
+            out.replace(at, rule.placeholder.size(), rule.directory);
+            at += rule.directory.size();
+        }
+    }
+    return out;
+}
+
+std::string absolute_path(std::string_view path, std::string_view cwd) {
+    std::string joined;
+    if (!path.starts_with('/')) {
+        joined.assign(cwd);
+        joined += '/';
+    }
+    joined += path;
+    std::vector<std::string_view> parts;
+    std::string_view rest = joined;
+    while (!rest.empty()) {
+        const auto slash = rest.find('/');
+        const auto part = rest.substr(0, slash);
+        rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+        if (part.empty() || part == ".") {
+            continue;
+        }
+        if (part == "..") {
+            if (!parts.empty()) {
+                parts.pop_back();
+            }
+            continue;
+        }
+        parts.push_back(part);
+    }
+    std::string out;
+    for (const auto part : parts) {
+        out += '/';
+        out += part;
+    }
+    return out.empty() ? "/" : out;
+}
+
+namespace {
+
+std::string parent_of(const std::string& path) {
+    const auto slash = path.rfind('/');
+    return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+}
+
+} // namespace
+
+PathRewriter make_rewriter(const Invocation& invocation, std::string_view cwd,
+                           std::string_view cache_dir, std::string_view tmp_dir) {
+    std::vector<PathRewriter::Rule> rules;
+    rules.push_back({parent_of(absolute_path(invocation.source_path, cwd)), "@PT2_SRCDIR@"});
+    rules.push_back({parent_of(absolute_path(invocation.output_path, cwd)), "@PT2_OUTDIR@"});
+    if (!cache_dir.empty()) {
+        rules.push_back({absolute_path(cache_dir, cwd), "@PT2_CACHEDIR@"});
+    }
+    rules.push_back({absolute_path(tmp_dir.empty() ? "/tmp" : tmp_dir, cwd), "@PT2_TMPDIR@"});
+    return PathRewriter(std::move(rules));
+}
+
+std::vector<std::string> parse_make_deps(std::string_view text) {
+    std::vector<std::string> deps;
+    std::string token;
+    bool in_prerequisites = false;
+    const auto finish = [&] {
+        if (token.empty()) {
+            return;
+        }
+        if (!in_prerequisites && token.back() == ':') {
+            in_prerequisites = true;
+        } else if (in_prerequisites) {
+            deps.push_back(token);
+        }
+        token.clear();
+    };
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '\\' && i + 1 < text.size()) {
+            const char next = text[i + 1];
+            if (next == '\n') {
+                finish();
+                ++i;
+                continue;
+            }
+            if (next == ' ' || next == '#' || next == '\\') {
+                token += next;
+                ++i;
+                continue;
+            }
+        }
+        if (c == '$' && i + 1 < text.size() && text[i + 1] == '$') {
+            token += '$';
+            ++i;
+            continue;
+        }
+        if (c == '\n') {
+            finish();
+            in_prerequisites = false;
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\r') {
+            finish();
+            continue;
+        }
+        if (c == ':' && !in_prerequisites &&
+            (i + 1 == text.size() || text[i + 1] == ' ' || text[i + 1] == '\n' ||
+             text[i + 1] == '\t')) {
+            token += c;
+            finish();
+            continue;
+        }
+        token += c;
+    }
+    finish();
+    return deps;
+}
+
+} // namespace pt2cache::client::cxx

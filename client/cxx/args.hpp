@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+//
+// What pt2cache-cxx makes of a compiler command line (docs/cxx.md,
+// "Cacheable invocations"): one source to one output, as a shared object, an
+// object file or a precompiled header; anything else runs the real compiler
+// unchanged. Pure functions: no I/O.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pt2cache::client::cxx {
+
+enum class Kind { shared_object, object, precompiled_header };
+
+std::string_view kind_name(Kind kind);
+
+struct Invocation {
+    Kind kind = Kind::object;
+    std::size_t source = 0; // index into the arguments
+    std::size_t output = 0; // index of the -o operand (or of "-oFILE")
+    std::string source_path;
+    std::string output_path;
+    // -include operands, in order.
+    std::vector<std::string> includes;
+    // -L directories and -l names (without "-l"), in order; "-l:file" keeps ':'.
+    std::vector<std::string> library_dirs;
+    std::vector<std::string> libraries;
+    // Object files and archives linked into a shared object.
+    std::vector<std::string> link_inputs;
+    bool uses_native = false;     // -march=native, -mtune=native or -mcpu=native
+    bool debug_info = false;      // -g other than -g0: paths are kept as they are
+    bool static_link = false;     // -static
+    bool no_default_libs = false; // -nostdlib or -nodefaultlibs
+};
+
+struct Uncacheable {
+    std::string reason;
+};
+
+// `args` excludes argv[0].
+struct Classification {
+    std::optional<Invocation> invocation;
+    Uncacheable why; // when !invocation
+};
+
+Classification classify(std::span<const std::string> args);
+
+// The machine-specific directories of an invocation, each replaced by a
+// placeholder in every key input (docs/cxx.md, "Path rewriting").
+class PathRewriter {
+public:
+    struct Rule {
+        std::string directory; // absolute, no trailing slash
+        std::string placeholder;
+    };
+
+    PathRewriter() = default;
+    // Rules are applied longest directory first; empty or "/" directories are
+    // ignored, and a directory already named by a rule keeps that rule.
+    explicit PathRewriter(std::vector<Rule> rules);
+
+    // Every occurrence of a rule's directory that is followed by '/' or by the
+    // end of `text` becomes its placeholder.
+    std::string rewrite(std::string_view text) const;
+    // The inverse, for paths recorded in a manifest.
+    std::string expand(std::string_view text) const;
+
+    const std::vector<Rule>& rules() const { return m_rules; }
+
+private:
+    std::vector<Rule> m_rules;
+};
+
+inline constexpr std::string_view k_placeholder_mark = "@PT2_";
+
+// The rewriter for an invocation: SRCDIR, OUTDIR, CACHEDIR
+// (TORCHINDUCTOR_CACHE_DIR) and TMPDIR ($TMPDIR, else /tmp). `cwd` makes
+// relative source and output paths absolute.
+PathRewriter make_rewriter(const Invocation& invocation, std::string_view cwd,
+                           std::string_view cache_dir, std::string_view tmp_dir);
+
+// `path` made absolute against `cwd` and lexically normalised ("." and ".."
+// segments and repeated slashes removed).
+std::string absolute_path(std::string_view path, std::string_view cwd);
+
+// The prerequisites of a Make rule file written by -MD -MF (escaped spaces,
+// line continuations, several rules); the targets are left out.
+std::vector<std::string> parse_make_deps(std::string_view text);
+
+} // namespace pt2cache::client::cxx

@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: MIT
+//
+// pt2cache-cxx on a miss: run the real compiler with dependency output, then
+// record what it read and store the result.
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <unordered_set>
+
+#include "client/cxx/launcher.hpp"
+#include "proto/bytes.hpp"
+#include "proto/cxx_value.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::client::cxx {
+
+namespace wire = proto::cxx;
+
+namespace {
+
+std::int64_t to_ns(const struct timespec& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+std::int64_t now_ns() {
+    struct timespec t {};
+    ::clock_gettime(CLOCK_REALTIME, &t);
+    return to_ns(t);
+}
+
+FileHash status_only(FileStatus status) {
+    FileHash hash;
+    hash.status = status;
+    return hash;
+}
+
+// A read-only mapping of a whole file.
+class MappedFile {
+public:
+    explicit MappedFile(const std::string& path) {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            m_size = static_cast<std::size_t>(st.st_size);
+            m_mode = st.st_mode;
+            if (m_size == 0) {
+                m_ok = true;
+            } else {
+                void* data = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
+                if (data != MAP_FAILED) {
+                    m_data = data;
+                    m_ok = true;
+                }
+            }
+        }
+        ::close(fd);
+    }
+    ~MappedFile() {
+        if (m_data != nullptr) {
+            ::munmap(m_data, m_size);
+        }
+    }
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    bool ok() const { return m_ok; }
+    mode_t mode() const { return m_mode; }
+    std::span<const std::byte> bytes() const {
+        return {static_cast<const std::byte*>(m_data), m_data != nullptr ? m_size : 0};
+    }
+
+private:
+    void* m_data = nullptr;
+    std::size_t m_size = 0;
+    mode_t m_mode = 0;
+    bool m_ok = false;
+};
+
+std::string temp_dir() {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+} // namespace
+
+FileHash hash_file_locally(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        return status_only(errno == ENOENT || errno == ENOTDIR ? FileStatus::not_found
+                                                               : FileStatus::unreadable);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return status_only(FileStatus::not_regular);
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > (2ull << 30)) {
+        return status_only(FileStatus::too_large);
+    }
+    MappedFile file(path);
+    if (!file.ok()) {
+        return status_only(FileStatus::unreadable);
+    }
+    FileHash hash;
+    hash.status = FileStatus::ok;
+    hash.size = file.bytes().size();
+    hash.hash = digest_of(file.bytes());
+    return hash;
+}
+
+std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts) const {
+    std::vector<std::string> dirs;
+    for (const auto& dir : m_invocation.library_dirs) {
+        dirs.push_back(absolute_path(dir, m_cwd));
+    }
+    // GCC passes LIBRARY_PATH's directories to the linker after the -L ones.
+    if (const char* library_path = std::getenv("LIBRARY_PATH"); library_path != nullptr) {
+        std::string_view rest = library_path;
+        while (!rest.empty()) {
+            const auto colon = rest.find(':');
+            if (const auto dir = rest.substr(0, colon); !dir.empty()) {
+                dirs.push_back(absolute_path(dir, m_cwd));
+            }
+            rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+        }
+    }
+    for (const auto& dir : facts.library_dirs) {
+        dirs.push_back(absolute_path(dir, m_cwd));
+    }
+    std::vector<std::string> libraries = m_invocation.libraries;
+    if (!m_invocation.no_default_libs) {
+        for (const auto* implicit : {"stdc++", "m", "gcc_s", "c"}) {
+            libraries.emplace_back(implicit);
+        }
+        for (const auto& arg : m_args) {
+            if (arg == "-fopenmp") {
+                libraries.emplace_back("gomp");
+                break;
+            }
+        }
+    }
+    // Every file the linker would try, in its order, up to the one it takes:
+    // a library appearing earlier in the search later changes the link.
+    std::vector<std::string> candidates;
+    for (const auto& library : libraries) {
+        std::vector<std::string> names;
+        if (library.starts_with(':')) {
+            names.push_back(library.substr(1));
+        } else {
+            if (!m_invocation.static_link) {
+                names.push_back("lib" + library + ".so");
+            }
+            names.push_back("lib" + library + ".a");
+        }
+        bool found = false;
+        for (const auto& dir : dirs) {
+            for (const auto& name : names) {
+                const auto path = dir + "/" + name;
+                candidates.push_back(path);
+                struct stat st {};
+                if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+                    found = true;
+                    break;
+                }
+            }
+            if (found) {
+                break;
+            }
+        }
+    }
+    return candidates;
+}
+
+Variant Launcher::record_inputs(const std::vector<std::string>& deps, bool& cacheable) {
+    std::vector<std::string> paths;
+    // The output is never an input (a header's own .gch is the output of its
+    // precompilation).
+    std::unordered_set<std::string> seen{absolute_path(m_invocation.output_path, m_cwd)};
+    const auto add = [&](const std::string& path) {
+        if (seen.insert(path).second) {
+            paths.push_back(path);
+        }
+    };
+    for (const auto& dep : deps) {
+        const auto path = absolute_path(dep, m_cwd);
+        add(path);
+        add(path + ".gch"); // GCC's dependency output never names a .gch it used
+    }
+    for (const auto& include : m_invocation.includes) {
+        const auto path = absolute_path(include, m_cwd);
+        add(path);
+        add(path + ".gch");
+    }
+    if (m_invocation.kind == Kind::shared_object) {
+        for (const auto& input : m_invocation.link_inputs) {
+            add(absolute_path(input, m_cwd));
+        }
+        for (const auto& path : library_candidates(*m_facts)) {
+            add(path);
+        }
+    }
+    const auto hashes = hash_files(paths);
+    Variant variant;
+    variant.reserve(paths.size());
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        const auto& hash = hashes[i];
+        if (hash.status != FileStatus::ok && hash.status != FileStatus::not_found) {
+            // A directory of precompiled headers, an unreadable header...:
+            // what the compiler used cannot be pinned down.
+            log(fmt::format("not stored: input {} is not a readable file", paths[i]));
+            cacheable = false;
+        }
+        InputRecord input;
+        input.path = m_rewriter.rewrite(paths[i]);
+        input.status = hash.status;
+        input.size = hash.size;
+        input.hash = hash.hash;
+        variant.push_back(std::move(input));
+    }
+    return variant;
+}
+
+void Launcher::store(const RunResult& result, const std::string& deps_path, std::int64_t start_ns) {
+    std::string deps_text;
+    {
+        MappedFile deps(deps_path);
+        if (!deps.ok()) {
+            log("not stored: no dependency output");
+            return;
+        }
+        deps_text.assign(proto::as_text(deps.bytes()));
+    }
+    const auto deps = parse_make_deps(deps_text);
+    if (deps.empty()) {
+        log("not stored: empty dependency output");
+        return;
+    }
+    bool cacheable = true;
+    auto variant = record_inputs(deps, cacheable);
+    if (!cacheable) {
+        return;
+    }
+    // An input changed after this launcher started: the hash may not be
+    // what the compiler read.
+    for (const auto& input : variant) {
+        if (input.status != FileStatus::ok) {
+            continue;
+        }
+        struct stat st {};
+        const auto path = m_rewriter.expand(input.path);
+        if (::stat(path.c_str(), &st) != 0 || to_ns(st.st_mtim) >= start_ns ||
+            to_ns(st.st_ctim) >= start_ns) {
+            log("not stored: " + path + " changed during the build");
+            return;
+        }
+    }
+    MappedFile output(m_invocation.output_path);
+    if (!output.ok()) {
+        log("not stored: the output cannot be read");
+        return;
+    }
+    BuildRecord record;
+    record.build_ms = static_cast<std::uint64_t>(result.wall.count());
+    record.mode = (output.mode() & 0111) != 0 ? 0777 : 0666;
+    record.out = m_rewriter.rewrite(result.out);
+    record.err = m_rewriter.rewrite(result.err);
+    const auto value = encode_result(record, output.bytes());
+    if (value.empty() || (m_client.max_value() != 0 && value.size() > m_client.max_value())) {
+        log(fmt::format("not stored: a value of {} bytes", value.size()));
+        return;
+    }
+    const auto key = result_key(m_common_key, variant);
+    if (auto put = m_client.put(wire::k_namespace, key, value); !put) {
+        log("not stored: " + put.error().message);
+        return;
+    }
+    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
+    // Joins the manifest the lookup saw (not read again: each manifest GET
+    // counts as a lookup); a concurrent writer may win, costing a later miss.
+    m_manifest.add(std::move(variant));
+    const auto encoded = m_manifest.encode();
+    if (auto put = m_client.put(wire::k_namespace, manifest_key, encoded); !put) {
+        log("manifest not stored: " + put.error().message);
+        return;
+    }
+    log(fmt::format("stored {} ({} bytes, built in {} ms)", key, value.size(), record.build_ms));
+}
+
+void Launcher::build_and_store() {
+    const auto start_ns = now_ns();
+    auto deps_path = temp_dir() + "/pt2cache-cxx-XXXXXX";
+    const int deps_fd = ::mkstemp(deps_path.data());
+    if (deps_fd < 0) {
+        log("no temporary file for the dependency output; not caching");
+        pass_through();
+    }
+    ::close(deps_fd);
+    std::vector<std::string> argv;
+    argv.reserve(m_args.size() + 6);
+    argv.push_back(m_compiler.path);
+    argv.insert(argv.end(), m_args.begin(), m_args.end());
+    for (const auto* extra : {"-MD", "-MF"}) {
+        argv.emplace_back(extra);
+    }
+    argv.push_back(deps_path);
+    if (m_facts->version.find("clang") == std::string::npos) {
+        argv.emplace_back("-fpch-deps"); // GCC only: the headers behind a used PCH
+    }
+    auto result = run_captured(m_compiler.path, argv);
+    if (!result.started) {
+        ::unlink(deps_path.c_str());
+        pass_through();
+    }
+    write_all(STDOUT_FILENO, result.out);
+    write_all(STDERR_FILENO, result.err);
+    if (result.exit_code == 0 && m_daemon_ok) {
+        store(result, deps_path, start_ns);
+    }
+    ::unlink(deps_path.c_str());
+    exit_like(result);
+}
+
+} // namespace pt2cache::client::cxx

@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: MIT
+#include "client/cxx/launcher.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "proto/bytes.hpp"
+#include "proto/cxx_value.hpp"
+#include "proto/frame.hpp"
+#include "proto/hash_files.hpp"
+
+#include <climits>
+#include <fmt/format.h>
+
+namespace pt2cache::client::cxx {
+
+namespace wire = proto::cxx;
+
+namespace {
+
+std::string env_or(const char* name, std::string fallback = {}) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::string(value) : fallback;
+}
+
+std::string current_directory() {
+    char buffer[PATH_MAX];
+    return ::getcwd(buffer, sizeof buffer) != nullptr ? std::string(buffer) : std::string();
+}
+
+bool read_file(const std::string& path, std::string& out) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return false;
+    }
+    struct stat st {};
+    bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (ok) {
+        out.resize(static_cast<std::size_t>(st.st_size));
+        std::size_t done = 0;
+        while (done < out.size()) {
+            const auto n = ::read(fd, out.data() + done, out.size() - done);
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n <= 0) {
+                break;
+            }
+            done += static_cast<std::size_t>(n);
+        }
+        ok = done == out.size();
+    }
+    ::close(fd);
+    return ok;
+}
+
+std::string part_hash(std::string_view value) {
+    return hex(digest_of(proto::as_bytes(value)));
+}
+
+mode_t current_umask() {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    return mask;
+}
+
+} // namespace
+
+LauncherOptions LauncherOptions::from_environment() {
+    LauncherOptions options;
+    options.socket_path = env_or("PT2CACHE_SOCKET");
+    if (const auto ms = env_or("PT2CACHE_CXX_TIMEOUT_MS"); !ms.empty()) {
+        char* end = nullptr;
+        const auto value = std::strtoul(ms.c_str(), &end, 10);
+        if (end != nullptr && *end == '\0' && value > 0 && value <= 600'000) {
+            options.io_timeout = std::chrono::milliseconds(value);
+            options.connect_timeout = std::min(options.connect_timeout, options.io_timeout);
+        }
+    }
+    const auto hash_dir = env_or("PT2CACHE_CXX_HASH_DIR");
+    options.hash_dir = !hash_dir.empty() && hash_dir != "0";
+    const auto verbose = env_or("PT2CACHE_CXX_LOG");
+    options.verbose = !verbose.empty() && verbose != "0";
+    return options;
+}
+
+namespace {
+
+Options client_options(const LauncherOptions& options) {
+    Options client;
+    client.socket_path = options.socket_path;
+    client.connect_timeout = options.connect_timeout;
+    client.io_timeout = options.io_timeout;
+    client.retry_after = std::chrono::hours(1); // one failure: no daemon for this run
+    client.client_name = "pt2cache-cxx";
+    return client;
+}
+
+} // namespace
+
+Launcher::Launcher(RealCompiler compiler, std::vector<std::string> args, Invocation invocation,
+                   LauncherOptions options)
+    : m_compiler(std::move(compiler))
+    , m_args(std::move(args))
+    , m_invocation(std::move(invocation))
+    , m_options(std::move(options))
+    , m_client(client_options(m_options)) {}
+
+void Launcher::log(std::string_view message) const {
+    if (m_options.verbose) {
+        write_all(STDERR_FILENO, fmt::format("pt2cache-cxx: {}\n", message));
+    }
+}
+
+void Launcher::pass_through() {
+    std::vector<std::string> argv;
+    argv.reserve(m_args.size() + 1);
+    argv.push_back(m_compiler.path);
+    argv.insert(argv.end(), m_args.begin(), m_args.end());
+    exec_program(m_compiler.path, argv);
+    write_all(STDERR_FILENO, fmt::format("pt2cache-cxx: cannot run {}: {}\n", m_compiler.path,
+                                         std::strerror(errno)));
+    std::_Exit(127);
+}
+
+std::optional<CompilerFacts> Launcher::compiler_facts() {
+    const auto stamp = stamp_compiler(m_compiler.realpath);
+    if (!stamp) {
+        return std::nullopt;
+    }
+    KeyHasher memo;
+    memo.field("realpath", m_compiler.realpath);
+    memo.field("stamp", fmt::format("{} {} {} {} {}", stamp->size, stamp->mtime_ns, stamp->ctime_ns,
+                                    stamp->inode, stamp->device));
+    memo.field("machine", machine_fingerprint());
+    // What the compiler's search directories depend on.
+    for (const auto* name : {"LIBRARY_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"}) {
+        memo.field(name, env_or(name, "\x01unset"));
+    }
+    const auto key = std::string(wire::k_compiler_prefix) + memo.hex_digest();
+    if (m_daemon_ok) {
+        auto found = m_client.get(wire::k_namespace, key);
+        if (found && *found) {
+            if (auto facts = CompilerFacts::decode(proto::as_text(**found))) {
+                return facts;
+            }
+        } else if (!found) {
+            m_daemon_ok = false;
+            log("daemon unavailable: " + found.error().message);
+            return std::nullopt; // nothing could be stored: not worth asking the compiler
+        }
+    }
+    auto facts = query_compiler(m_compiler);
+    if (facts && m_daemon_ok) {
+        const auto text = facts->encode();
+        if (!m_client.put(wire::k_namespace, key, proto::as_bytes(text))) {
+            m_daemon_ok = false;
+        }
+    }
+    return facts;
+}
+
+bool Launcher::prepare() {
+    for (const auto name : k_uncacheable_environment) {
+        if (std::getenv(std::string(name).c_str()) != nullptr) {
+            m_why = fmt::format("{} is set", name);
+            return false;
+        }
+    }
+    m_cwd = current_directory();
+    if (m_cwd.empty()) {
+        m_why = "no current directory";
+        return false;
+    }
+    // Debug information records the directories (DW_AT_comp_dir, file
+    // names); they change no machine code, so by default -g builds are
+    // rewritten too (Inductor always passes -g1). PT2CACHE_CXX_HASH_DIR=1
+    // keys them as they are.
+    m_exact_paths = m_invocation.debug_info && m_options.hash_dir;
+    if (m_exact_paths) {
+        m_rewriter = PathRewriter();
+    } else {
+        m_rewriter = make_rewriter(m_invocation, m_cwd, env_or("TORCHINDUCTOR_CACHE_DIR"),
+                                   env_or("TMPDIR", "/tmp"));
+    }
+    m_facts = compiler_facts();
+    if (!m_daemon_ok) {
+        m_why = "no daemon (nothing could be looked up or stored)";
+        return false;
+    }
+    if (!m_facts) {
+        m_why = "the compiler's --version or -march=native expansion could not be learnt";
+        return false;
+    }
+    std::string source;
+    if (!read_file(m_invocation.source_path, source)) {
+        m_why = "the source cannot be read";
+        return false;
+    }
+    for (const auto macro : {"__DATE__", "__TIME__", "__TIMESTAMP__"}) {
+        if (source.find(macro) != std::string::npos) {
+            m_why = fmt::format("the source uses {}", macro);
+            return false;
+        }
+    }
+
+    KeyHasher key;
+    const auto add = [&](std::string name, std::string shown, std::string_view bytes) {
+        key.field(name, bytes);
+        m_parts.push_back({std::move(name), std::move(shown), part_hash(bytes)});
+    };
+    add("format", "pt2cache-cxx key v1", "pt2cache-cxx key v1");
+    add("compiler.path", m_compiler.realpath, m_compiler.realpath);
+    const auto stamp = stamp_compiler(m_compiler.realpath);
+    const auto stamp_text =
+        fmt::format("size {} mtime_ns {}", stamp ? stamp->size : 0, stamp ? stamp->mtime_ns : 0);
+    add("compiler.stat", stamp_text, stamp_text);
+    const auto first_line = m_facts->version.substr(0, m_facts->version.find('\n'));
+    add("compiler.version", first_line, m_facts->version);
+    if (m_invocation.uses_native) {
+        add("native", "-march=native/-mtune=native expansion (-Q --help=target --help=params)",
+            m_facts->native);
+    }
+    add("kind", std::string(kind_name(m_invocation.kind)), kind_name(m_invocation.kind));
+    if (m_exact_paths) {
+        add("cwd", m_cwd + " (-g and PT2CACHE_CXX_HASH_DIR: paths are not rewritten)", m_cwd);
+    }
+    for (std::size_t i = 0; i < m_args.size(); ++i) {
+        const auto rewritten = m_rewriter.rewrite(m_args[i]);
+        add(fmt::format("arg[{}]", i + 1), rewritten, rewritten);
+    }
+    for (const auto name : k_key_environment) {
+        const auto value = env_or(std::string(name).c_str(), "\x01unset");
+        const auto rewritten = m_rewriter.rewrite(value);
+        add(fmt::format("env.{}", name), value == "\x01unset" ? "(unset)" : rewritten, rewritten);
+    }
+    add("source", fmt::format("{} bytes", source.size()), source);
+    m_common_key = key.hex_digest();
+    return true;
+}
+
+std::vector<FileHash> Launcher::hash_files(const std::vector<std::string>& paths) {
+    std::vector<FileHash> hashes(paths.size());
+    std::vector<bool> done(paths.size(), false);
+    // A path still holding a placeholder names a directory this invocation
+    // does not have: it matches nothing recorded.
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        if (paths[i].find(k_placeholder_mark) != std::string::npos) {
+            hashes[i].status = FileStatus::unreadable;
+            done[i] = true;
+        }
+    }
+    if (m_daemon_ok && (m_client.capabilities() & proto::capability::hash_files) != 0) {
+        std::size_t from = 0;
+        while (from < paths.size() && m_daemon_ok) {
+            std::size_t to = from;
+            std::size_t bytes = 2;
+            while (to < paths.size() && to - from < proto::k_max_hash_files && !done[to] &&
+                   bytes + 2 + paths[to].size() <= proto::k_max_hash_files_body &&
+                   paths[to].size() <= proto::k_max_hash_path && paths[to].starts_with('/')) {
+                bytes += 2 + paths[to].size();
+                ++to;
+            }
+            if (to == from) {
+                ++from; // hashed locally below
+                continue;
+            }
+            std::vector<std::string> chunk(paths.begin() + static_cast<std::ptrdiff_t>(from),
+                                           paths.begin() + static_cast<std::ptrdiff_t>(to));
+            auto answered = m_client.hash_files(chunk);
+            if (!answered) {
+                log("HASH_FILES failed: " + answered.error().message);
+                if (answered.error().kind != ErrorKind::server) {
+                    m_daemon_ok = false;
+                }
+                break;
+            }
+            for (std::size_t i = 0; i < chunk.size(); ++i) {
+                if ((*answered)[i].status != FileStatus::skipped) {
+                    hashes[from + i] = (*answered)[i];
+                    done[from + i] = true;
+                }
+            }
+            from = to;
+        }
+    }
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        if (!done[i]) {
+            hashes[i] = hash_file_locally(paths[i]);
+        }
+    }
+    return hashes;
+}
+
+bool Launcher::install(std::span<const std::byte> value) {
+    const auto& output = m_invocation.output_path;
+    const auto slash = output.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : output.substr(0, slash);
+    const std::string base = slash == std::string::npos ? output : output.substr(slash + 1);
+    const auto temp = fmt::format("{}/.{}.pt2cache-{}.tmp", dir, base, ::getpid());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        log(fmt::format("cannot create {}: {}", temp, std::strerror(errno)));
+        return false;
+    }
+    auto record = decode_result(value, fd);
+    bool ok = record.has_value();
+    if (!ok) {
+        log("stored result unusable: " + record.error());
+    }
+    if (ok) {
+        const mode_t mode = (record->mode & 0111) != 0 ? 0777 : 0666;
+        ok = ::fchmod(fd, mode & ~current_umask()) == 0;
+    }
+    if (::close(fd) != 0) {
+        ok = false;
+    }
+    if (ok && ::rename(temp.c_str(), output.c_str()) != 0) {
+        log(fmt::format("cannot rename {} to {}: {}", temp, output, std::strerror(errno)));
+        ok = false;
+    }
+    if (!ok) {
+        ::unlink(temp.c_str());
+        return false;
+    }
+    write_all(STDOUT_FILENO, m_rewriter.expand(record->out));
+    write_all(STDERR_FILENO, m_rewriter.expand(record->err));
+    return true;
+}
+
+bool Launcher::lookup() {
+    if (!m_daemon_ok) {
+        return false;
+    }
+    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
+    auto found = m_client.get(wire::k_namespace, manifest_key);
+    if (!found) {
+        m_daemon_ok = false;
+        log("daemon unavailable: " + found.error().message);
+        return false;
+    }
+    if (!*found) {
+        log("miss: no manifest " + manifest_key);
+        return false;
+    }
+    const auto manifest = Manifest::decode(**found);
+    if (!manifest) {
+        log("corrupt manifest " + manifest_key);
+        return false;
+    }
+    m_manifest = *manifest;
+    // Hash every path any variant names, once.
+    std::vector<std::string> paths;
+    std::vector<std::size_t> index_of_path;
+    std::unordered_map<std::string, std::size_t> seen;
+    for (const auto& variant : manifest->variants) {
+        for (const auto& input : variant) {
+            if (seen.emplace(input.path, paths.size()).second) {
+                paths.push_back(m_rewriter.expand(input.path));
+            }
+        }
+    }
+    const auto hashes = hash_files(paths);
+    for (const auto& variant : manifest->variants) {
+        bool match = true;
+        for (const auto& input : variant) {
+            const auto& now = hashes[seen[input.path]];
+            if (now.status != input.status ||
+                (input.status == FileStatus::ok && now.hash != input.hash)) {
+                match = false;
+                break;
+            }
+        }
+        if (!match) {
+            continue;
+        }
+        const auto key = result_key(m_common_key, variant);
+        auto value = m_client.get(wire::k_namespace, key);
+        if (!value) {
+            m_daemon_ok = false;
+            log("daemon unavailable: " + value.error().message);
+            return false;
+        }
+        if (!*value) {
+            log("manifest variant matches but result " + key + " is gone");
+            continue;
+        }
+        if (install(**value)) {
+            log("hit " + key);
+            return true;
+        }
+        return false;
+    }
+    log("miss: no manifest variant matches the inputs");
+    return false;
+}
+
+void Launcher::run() {
+    if (!prepare()) {
+        log("not cached: " + m_why);
+        pass_through();
+    }
+    if (lookup()) {
+        std::_Exit(0);
+    }
+    // Collapse identical concurrent builds: the first takes the lock and
+    // builds; the others wait (bounded), then look up again.
+    if (m_daemon_ok) {
+        const auto socket = m_client.socket_path();
+        const auto dir = socket.substr(0, socket.rfind('/')) + "/cxx-locks";
+        ::mkdir(dir.c_str(), 0700);
+        const auto lock_path = dir + "/" + m_common_key;
+        const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            log("waiting for a concurrent identical build");
+            const auto until = std::chrono::steady_clock::now() + m_options.collapse_wait;
+            auto pause = std::chrono::milliseconds(5);
+            bool locked = false;
+            while (!locked && std::chrono::steady_clock::now() < until) {
+                std::this_thread::sleep_for(pause);
+                pause = std::min(pause * 2, std::chrono::milliseconds(100));
+                locked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+            }
+            if (lookup()) {
+                std::_Exit(0);
+            }
+        }
+        // The lock (if held) is released when this process ends.
+    }
+    build_and_store();
+}
+
+} // namespace pt2cache::client::cxx

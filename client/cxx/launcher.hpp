@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+//
+// pt2cache-cxx's work on one cacheable invocation (docs/cxx.md): compute the
+// key, look the build up in the daemon, and on a miss run the real compiler,
+// record what it read and store the result. The daemon can only ever make
+// this slower, never make the compile fail.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/client.hpp"
+#include "client/cxx/args.hpp"
+#include "client/cxx/compiler.hpp"
+#include "client/cxx/entries.hpp"
+#include "client/cxx/process.hpp"
+
+namespace pt2cache::client::cxx {
+
+// Environment variables that change what the compiler does or says; they are
+// part of the key (rewritten like arguments).
+inline constexpr std::string_view k_key_environment[] = {
+    "CPATH",         "C_INCLUDE_PATH",  "CPLUS_INCLUDE_PATH", "LIBRARY_PATH",
+    "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH",  "LANG",
+    "LC_ALL",        "LC_MESSAGES",     "LC_CTYPE",           "GCC_COMPARE_DEBUG"};
+
+// Environment variables that make an invocation uncacheable (the compiler
+// writes a side file).
+inline constexpr std::string_view k_uncacheable_environment[] = {"DEPENDENCIES_OUTPUT",
+                                                                 "SUNPRO_DEPENDENCIES"};
+
+struct LauncherOptions {
+    std::string socket_path; // empty: PT2CACHE_SOCKET, else the client default
+    std::chrono::milliseconds connect_timeout{500};
+    std::chrono::milliseconds io_timeout{5000};
+    // How long a launcher waits for a concurrent identical build.
+    std::chrono::milliseconds collapse_wait{300'000};
+    bool verbose = false;  // PT2CACHE_CXX_LOG: one line per decision on stderr
+    bool hash_dir = false; // PT2CACHE_CXX_HASH_DIR: with -g, key the real paths
+
+    // From PT2CACHE_SOCKET, PT2CACHE_CXX_TIMEOUT_MS, PT2CACHE_CXX_LOG and
+    // PT2CACHE_CXX_HASH_DIR.
+    static LauncherOptions from_environment();
+};
+
+// One named input of the common key, for --explain.
+struct KeyPart {
+    std::string name;
+    std::string shown; // what it is, as text (rewritten where it applies)
+    std::string hash;  // XXH3-128 of the field's bytes, hex
+};
+
+class Launcher {
+public:
+    // `args` excludes argv[0].
+    Launcher(RealCompiler compiler, std::vector<std::string> args, Invocation invocation,
+             LauncherOptions options);
+
+    // Hit: writes the output and replays; miss: builds (and stores). Ends the
+    // process the way the real compiler would.
+    [[noreturn]] void run();
+
+    // The key inputs and what the daemon holds for them, as text.
+    std::string explain();
+
+private:
+    // Sets m_common_key; false when this invocation must not be cached
+    // (m_why says why).
+    bool prepare();
+    std::optional<CompilerFacts> compiler_facts();
+    bool lookup();
+    // Writes the output of a stored result and replays its stdout and stderr.
+    bool install(std::span<const std::byte> value);
+    [[noreturn]] void build_and_store();
+    void store(const RunResult& result, const std::string& deps_path, std::int64_t start_ns);
+    std::vector<FileHash> hash_files(const std::vector<std::string>& paths);
+    Variant record_inputs(const std::vector<std::string>& deps, bool& cacheable);
+    std::vector<std::string> library_candidates(const CompilerFacts& facts) const;
+    [[noreturn]] void pass_through();
+    void log(std::string_view message) const;
+
+    RealCompiler m_compiler;
+    std::vector<std::string> m_args;
+    Invocation m_invocation;
+    LauncherOptions m_options;
+    Client m_client;
+    bool m_daemon_ok = true;
+    std::string m_cwd;
+    bool m_exact_paths = false; // no path rewriting (-g with hash_dir)
+    PathRewriter m_rewriter;
+    std::optional<CompilerFacts> m_facts;
+    std::string m_common_key;
+    // The manifest of the last lookup, which a build's variant joins.
+    Manifest m_manifest;
+    std::vector<KeyPart> m_parts;
+    std::string m_why;
+};
+
+// A file's hash computed here (the fallback when the daemon cannot).
+FileHash hash_file_locally(const std::string& path);
+
+} // namespace pt2cache::client::cxx
