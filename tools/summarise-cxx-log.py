@@ -2,6 +2,11 @@
 object per line: argv, cwd, rc, seconds, env) by kind of invocation.
 
     python3 tools/summarise-cxx-log.py LOG.jsonl
+    python3 tools/summarise-cxx-log.py --json LOG.jsonl   # counts only
+
+--json prints {"calls": n, "builds": n, "build_seconds": s, "kinds": {kind: n}}
+where builds are the cacheable kinds (header precompilation, compile to an
+object, compile and link a shared object); a missing log counts as empty.
 
 Paths are shown with placeholders: $TMPDIR and $CACHE (the TMPDIR and
 TORCHINDUCTOR_CACHE_DIR the call saw), $SITE (a Python site-packages
@@ -55,9 +60,28 @@ def flag_name(arg):
     return arg
 
 
+BUILD_KINDS = ("precompile header", "compile to object", "compile and link")
+
+
+def counts(records):
+    builds = [r for r in records if kind(r["argv"]).startswith(BUILD_KINDS)]
+    return {"calls": len(records), "builds": len(builds),
+            "build_seconds": round(sum(r["seconds"] for r in builds), 3),
+            "kinds": dict(collections.Counter(kind(r["argv"]) for r in records))}
+
+
 def main():
-    path = sys.argv[1]
-    records = [json.loads(line) for line in open(path) if line.strip()]
+    as_json = sys.argv[1] == "--json"
+    path = sys.argv[2] if as_json else sys.argv[1]
+    try:
+        records = [json.loads(line) for line in open(path) if line.strip()]
+    except FileNotFoundError:
+        if not as_json:
+            raise
+        records = []
+    if as_json:
+        print(json.dumps(counts(records)))
+        return
     groups = collections.defaultdict(list)
     for r in records:
         groups[kind(r["argv"])].append(r)

@@ -76,3 +76,19 @@ stop_daemons() {
   done
   daemon_pids=()
 }
+
+# run_mlp OUT TMPDIR CACHE_DIR [VAR=VALUE...]: one tools/torch-mlp.py run (in
+# the torch venv, the caller's TORCHINDUCTOR_*/PT2CACHE_*/TRITON_*/CXX
+# removed, then VAR=VALUE... set); writes OUT.json (its result), OUT.err and
+# OUT.cxx.json (the counts of tools/lib/logging-cxx's log OUT.cxx.jsonl,
+# zeros when the run used no logging compiler).
+run_mlp() {
+  local out=$1 tmp=$2 cache=$3
+  shift 3
+  mkdir -p "$tmp" "$cache"
+  env "${unset_vars[@]}" TMPDIR="$tmp" TORCHINDUCTOR_CACHE_DIR="$cache" \
+    PYTHONPATH="$root/client/python/src" PT2CACHE_LOG_CXX_FILE="$out.cxx.jsonl" "$@" \
+    "$venv/bin/python" "$root/tools/torch-mlp.py" >"$out.json" 2>"$out.err" || {
+      cat "$out.err" >&2; echo "$0: the torch.compile run $out failed" >&2; return 1; }
+  python3 "$root/tools/summarise-cxx-log.py" --json "$out.cxx.jsonl" >"$out.cxx.json"
+}
