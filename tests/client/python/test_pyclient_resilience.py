@@ -3,6 +3,7 @@ misbehaving peer, fork() and threads."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -98,10 +99,18 @@ def test_daemon_killed_mid_use_then_restarted(daemon):
     start = time.perf_counter()
     assert client.get("fx-graph", "survivor") is None  # finds the connection dead
     assert time.perf_counter() - start < 1
-    start = time.perf_counter()
-    for _ in range(99):
-        assert client.get("fx-graph", "survivor") is None
-    assert time.perf_counter() - start < 0.05
+    # A collection of the whole test process's heap (it grows with the
+    # suite) is not the client's cost: none may land in the timed loop.
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(99):
+            assert client.get("fx-graph", "survivor") is None
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    assert elapsed < 0.05
     assert client.put("fx-graph", "other", b"x") is False
     daemon.start()
     # Within retry_after: still a miss, without trying.

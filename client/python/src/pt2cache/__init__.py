@@ -8,6 +8,8 @@ daemon (pure standard library).
   rules, byte for byte.
 - :mod:`pt2cache.torch`: ``install()`` routes Inductor's remote caches through
   the daemon.
+- :mod:`pt2cache.triton`: ``Backend``, a Triton remote-cache backend
+  (``TRITON_REMOTE_CACHE_BACKEND=pt2cache.triton:Backend``).
 - :mod:`pt2cache.keys`: the Redis key <-> namespace mapping.
 """
 

@@ -34,19 +34,32 @@ at all, :func:`install` raises ``RuntimeError`` naming the torch version and
 the missing hook: a cache that silently does nothing is worse than a clear
 error at start-up. Once installed, the backend itself never raises: a missing
 daemon is a miss.
+
+``install(compile_cache=True)`` (or :func:`install_compile_cache` alone) also
+sends Inductor's C++ builds (kernels, the cpp wrapper, the precompiled header)
+through ``pt2cache-cxx``, the compiler launcher that caches them in the
+daemon: it sets ``torch._inductor.config.cpp.cxx`` to the launcher, exports
+``PT2CACHE_SOCKET`` (the client's socket) so that the launcher, which Inductor
+runs as a child process, talks to the same daemon, and, when Inductor was set
+up with another compiler than ``g++``, exports ``PT2CACHE_CXX`` so that the
+launcher runs that one. See docs/torch.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from . import _launcher
+from ._launcher import LauncherNotFound
 from .client import Client, default_client
 from .keys import from_redis_key
 
-__all__ = ["install", "uninstall", "installed", "CACHE_CLASSES", "HOOK"]
+__all__ = ["install", "install_compile_cache", "uninstall", "installed", "CACHE_CLASSES",
+           "HOOK", "LauncherNotFound"]
 
 log = logging.getLogger("pt2cache.torch")
 
@@ -62,10 +75,15 @@ CACHE_CLASSES: Tuple[str, ...] = (
 _lock = threading.Lock()
 # class -> what its own __dict__ held for backend_override_cls before install()
 _previous: Dict[type, Tuple[bool, Any]] = {}
+# what install_compile_cache() replaced: (cpp config object, old cpp.cxx,
+# {environment variable: old value or None})
+_previous_cxx: Optional[Tuple[Any, Any, Dict[str, Optional[str]]]] = None
 
 
 def install(client: Optional[Client] = None,
-            classes: Sequence[str] = CACHE_CLASSES) -> Tuple[str, ...]:
+            classes: Sequence[str] = CACHE_CLASSES, *,
+            compile_cache: bool = False,
+            launcher: Optional[str] = None) -> Tuple[str, ...]:
     """Routes Inductor's remote caches ``classes`` through pt2cached.
 
     ``client``: the :class:`pt2cache.Client` to use; default the process-wide
@@ -73,11 +91,20 @@ def install(client: Optional[Client] = None,
     routed; classes this torch does not have are skipped (logged at info
     level). Calling it again replaces the earlier installation.
 
+    ``compile_cache``: also route Inductor's C++ compiler through the
+    launcher ``pt2cache-cxx`` (:func:`install_compile_cache` with
+    ``launcher`` and the client's socket). The launcher is looked for before
+    anything is changed, so a missing launcher changes nothing.
+
     Raises ``RuntimeError`` when torch is not importable, has no
     ``torch._inductor.remote_cache``, lacks the ``backend_override_cls`` hook,
-    or has none of ``classes``.
+    or has none of ``classes``; :class:`LauncherNotFound` (a RuntimeError)
+    when ``compile_cache`` is set and the launcher cannot be found.
     """
+    found_launcher = _launcher.find_launcher(launcher) if compile_cache else None
     remote_cache, version = _import_remote_cache()
+    if compile_cache:
+        _import_cpp_config()  # refuses before anything is changed
     base_cache = getattr(remote_cache, "RemoteCache", None)
     base_backend = getattr(remote_cache, "RemoteCacheBackend", None)
     if not isinstance(base_cache, type) or not hasattr(base_cache, "backend_override_cls"):
@@ -111,13 +138,74 @@ def install(client: Optional[Client] = None,
             _previous[cls] = (own, cls.__dict__.get("backend_override_cls"))
             cls.backend_override_cls = backend_cls
     log.debug("pt2cache: routed %s through %s", ", ".join(found), backend_cls.__name__)
+    if found_launcher is not None:
+        socket_path = client.socket_path if client is not None else default_client().socket_path
+        _install_compile_cache(found_launcher, socket_path)
     return tuple(found)
 
 
+def install_compile_cache(launcher: Optional[str] = None,
+                          socket_path: Optional[str] = None) -> str:
+    """Routes Inductor's C++ builds through the compiler launcher
+    ``pt2cache-cxx``, which caches them in pt2cached; returns the value
+    given to ``torch._inductor.config.cpp.cxx``'s compiler entry.
+
+    The launcher is ``launcher`` if given, else ``$PT2CACHE_CXX_LAUNCHER``,
+    else ``pt2cache-cxx`` on ``PATH``. When the bare name on ``PATH`` finds
+    that same file, ``cpp.cxx`` gets the bare name: ``cpp.cxx`` is part of
+    Inductor's FX-graph cache key, so machines with the launcher installed
+    in different places still share entries (and match ``CXX=pt2cache-cxx``).
+
+    ``socket_path``: the daemon the launcher uses, exported as
+    ``PT2CACHE_SOCKET`` for child processes; default the socket of
+    :func:`pt2cache.default_client`. When ``cpp.cxx`` named a compiler other
+    than ``g++`` and ``PT2CACHE_CXX`` is unset, ``PT2CACHE_CXX`` is set to it
+    so that the launcher runs the compiler Inductor would have run.
+    :func:`uninstall` undoes all of it.
+
+    Raises :class:`LauncherNotFound` (a RuntimeError) when there is no
+    launcher, RuntimeError when torch has no ``torch._inductor.config.cpp``.
+    """
+    found = _launcher.find_launcher(launcher)
+    if socket_path is None:
+        socket_path = default_client().socket_path
+    return _install_compile_cache(found, socket_path)
+
+
+def _install_compile_cache(found: Tuple[str, bool], socket_path: str) -> str:
+    global _previous_cxx
+    path, on_path = found
+    cpp = _import_cpp_config()
+    with _lock:
+        _restore_cxx_locked()
+        old = cpp.cxx
+        compiler = _launcher.LAUNCHER if on_path else path
+        env: Dict[str, Optional[str]] = {}
+        real = _launcher.real_compiler_for(old, path)
+        for name, value in ((_launcher.SOCKET_ENV, os.fspath(socket_path)),
+                            (_launcher.REAL_CXX_ENV, real)):
+            if value is not None:
+                env[name] = os.environ.get(name)
+                os.environ[name] = value
+        cpp.cxx = _launcher.with_compiler(old, compiler)
+        _previous_cxx = (cpp, old, env)
+    if _launcher.last_compiler(old) not in (None, "g++", compiler):
+        log.info("pt2cache: cpp.cxx was %r; pt2cache-cxx runs %s", old,
+                 real or os.environ.get(_launcher.REAL_CXX_ENV) or "the first g++ on PATH")
+    if isinstance(old, (list, tuple)) and None in old and os.environ.get(
+            "TORCH_INDUCTOR_INSTALL_GXX"):
+        log.warning("pt2cache: TORCH_INDUCTOR_INSTALL_GXX is set: Inductor will use conda's "
+                    "g++ instead of %s, and its builds will not be cached", compiler)
+    log.debug("pt2cache: cpp.cxx = %r, PT2CACHE_SOCKET = %s", cpp.cxx, socket_path)
+    return compiler
+
+
 def uninstall() -> None:
-    """Undoes :func:`install`: the classes get back what they had."""
+    """Undoes :func:`install` and :func:`install_compile_cache`: the classes
+    get back what they had, ``cpp.cxx`` and the environment variables too."""
     with _lock:
         _restore_locked()
+        _restore_cxx_locked()
 
 
 def installed() -> Tuple[str, ...]:
@@ -138,21 +226,49 @@ def _restore_locked() -> None:
     _previous.clear()
 
 
+def _restore_cxx_locked() -> None:
+    global _previous_cxx
+    if _previous_cxx is None:
+        return
+    cpp, old, env = _previous_cxx
+    cpp.cxx = old
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _previous_cxx = None
+
+
+def _import_cpp_config() -> Any:
+    config, version = _import_inductor("config", "install_compile_cache()")
+    cpp = getattr(config, "cpp", None)
+    if cpp is None or not hasattr(cpp, "cxx"):
+        raise RuntimeError(
+            f"pt2cache.torch.install_compile_cache(): torch {version} has no "
+            f"torch._inductor.config.cpp.cxx")
+    return cpp
+
+
 def _import_remote_cache() -> Tuple[Any, str]:
+    return _import_inductor("remote_cache", "install()",
+                            f"; it needs torch >= 2.5 with the hook {HOOK}")
+
+
+def _import_inductor(name: str, caller: str, needs: str = "") -> Tuple[Any, str]:
+    """torch._inductor.<name> and torch's version, or a RuntimeError saying
+    what is missing."""
     try:
         import torch
     except ImportError as e:
-        raise RuntimeError(
-            f"pt2cache.torch.install(): torch is not installed ({e}); it needs torch >= 2.5 "
-            f"with the hook {HOOK}") from e
+        raise RuntimeError(f"pt2cache.torch.{caller}: torch is not installed ({e}){needs}") from e
     version = str(getattr(torch, "__version__", "(unknown version)"))
     try:
-        from torch._inductor import remote_cache
+        module = importlib.import_module(f"torch._inductor.{name}")
     except ImportError as e:
-        raise RuntimeError(
-            f"pt2cache.torch.install(): torch {version} has no torch._inductor.remote_cache "
-            f"({e}); it needs torch >= 2.5 with the hook {HOOK}") from e
-    return remote_cache, version
+        raise RuntimeError(f"pt2cache.torch.{caller}: torch {version} has no "
+                           f"torch._inductor.{name} ({e}){needs}") from e
+    return module, version
 
 
 def _ttl_from_env() -> Optional[float]:
