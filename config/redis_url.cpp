@@ -51,6 +51,21 @@ std::optional<std::string> percent_decode(std::string_view text) {
     return result;
 }
 
+std::string percent_encode(std::string_view text) {
+    std::string result;
+    for (const char c : text) {
+        const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                                (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+                                c == '~';
+        if (unreserved) {
+            result += c;
+        } else {
+            result += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+        }
+    }
+    return result;
+}
+
 tl::expected<unsigned, std::string> parse_db(std::string_view text) {
     auto db = parse_integer(text, 0, k_max_db);
     if (!db) {
@@ -200,6 +215,32 @@ tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url) {
                                                quote(mask_redis_url(url)), k_redis_url_forms));
     }
     return result;
+}
+
+std::string format_redis_url(const RedisUrl& url) {
+    std::string userinfo;
+    if (!url.username.empty() || !url.password.empty()) {
+        userinfo = percent_encode(url.username);
+        if (!url.password.empty()) {
+            userinfo += ":" + percent_encode(url.password);
+        }
+        userinfo += '@';
+    }
+    if (!url.unix_socket.empty()) {
+        std::string text = fmt::format("unix://{}{}", userinfo, url.unix_socket);
+        if (url.db != 0) {
+            text += fmt::format("?db={}", url.db);
+        }
+        return text;
+    }
+    // A host that came from brackets ("[::1]") goes back into them.
+    const bool bracket = url.host.find(':') != std::string::npos || url.host.starts_with('[');
+    std::string text = bracket ? fmt::format("redis://{}[{}]:{}", userinfo, url.host, url.port)
+                               : fmt::format("redis://{}{}:{}", userinfo, url.host, url.port);
+    if (url.db != 0) {
+        text += fmt::format("/{}", url.db);
+    }
+    return text;
 }
 
 std::string mask_redis_url(std::string_view url) {

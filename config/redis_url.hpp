@@ -21,6 +21,8 @@ struct RedisUrl {
     std::string username;
     std::string password;
     unsigned db = 0;
+
+    bool operator==(const RedisUrl&) const = default;
 };
 
 // The forms above, for error messages.
@@ -30,6 +32,11 @@ inline constexpr std::string_view k_redis_url_forms =
 // Parses `url`. The error names the problem and the accepted forms, and never
 // repeats the password.
 tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url);
+
+// The canonical URL of `url`: user name and password percent-encoded (all
+// but [A-Za-z0-9-._~]), the port always written, the database as /N (redis)
+// or ?db=N (unix, when not 0). parse_redis_url() reads it back to `url`.
+std::string format_redis_url(const RedisUrl& url);
 
 // `url` with the password (if any) replaced by "***", for display.
 std::string mask_redis_url(std::string_view url);

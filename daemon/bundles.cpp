@@ -9,6 +9,7 @@
 
 #include "daemon/log.hpp"
 #include "proto/autotune.hpp"
+#include "proto/autotune_bundle.hpp"
 #include "proto/python_json.hpp"
 
 #include <nlohmann/json.hpp>
@@ -127,16 +128,6 @@ void add_saturating(std::atomic<std::uint64_t>& total, std::uint64_t value) {
     } while (!total.compare_exchange_weak(current, next, std::memory_order_relaxed));
 }
 
-// The time_taken_ms a restored entry saves; what is not a non-negative
-// integer counts as nothing.
-std::uint64_t time_taken_ms(const Json& best_config) {
-    const auto found = best_config.find("time_taken_ms");
-    if (found == best_config.end() || !found->is_number_unsigned()) {
-        return 0; // absent, negative, float, or not a number at all
-    }
-    return found->get<std::uint64_t>();
-}
-
 // Runs fn(i) for every i in [0, count) on this thread and on up to `helpers`
 // tasks of `pool`, and returns once every call has returned. Indices are
 // handed out one at a time; a helper that starts after they ran out returns
@@ -181,23 +172,15 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::th
     if (!*found) {
         return {};
     }
-    const auto bundle = Json::parse((*found)->value.text(), nullptr, false);
-    if (!bundle.is_object()) {
+    auto bundle = autotune::decode_bundle((*found)->value.text());
+    if (!bundle) {
         store.stats().tier(ns, store::TierId::memory).corrupt++;
-        log.warn("bundle {} is not a JSON object ({} bytes), treated as a miss", key,
-                 (*found)->value.size());
+        log.warn("bundle {} is not a JSON object ({} bytes, {}), treated as a miss", key,
+                 (*found)->value.size(), bundle.error());
         return {};
     }
-    std::vector<std::pair<const std::string*, const Json*>> restorable;
-    restorable.reserve(bundle.size());
-    for (const auto& [basename, best_config] : bundle.items()) {
-        // Inductor's reader ignores anything but a dict; the key must name
-        // a local best-config file.
-        if (autotune::is_local_key(basename) && best_config.is_object()) {
-            restorable.emplace_back(&basename, &best_config);
-        } else {
-            log.debug("bundle {}: entry {:?} skipped", key, basename);
-        }
+    if (bundle->skipped != 0) {
+        log.debug("bundle {}: {} entries skipped", key, bundle->skipped);
     }
 
     // Memory first, so that every worker's per-kernel lookup hits as soon as
@@ -209,28 +192,29 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::th
     auto* memory = store.memory_tier();
     const bool memory_first = memory != nullptr && memory->enabled() && pool != nullptr;
     std::vector<std::pair<std::string, store::Entry>> pending;
-    pending.reserve(restorable.size());
+    pending.reserve(bundle->entries.size());
     std::uint32_t entries = 0;
     std::atomic<std::uint64_t> saved_ms{0};
-    for (const auto& [basename, best_config] : restorable) {
+    for (const auto& restored : bundle->entries) {
         store::Entry entry;
-        entry.value = store::Blob::copy_of(proto::python_json_dumps(*best_config));
+        entry.value = store::Blob::copy_of(restored.best_config);
         entry.created_ms = now;
         if (memory_first) {
-            if (auto put = memory->put(autotune::k_namespace, *basename, entry); !put) {
-                log.warn("bundle {}: entry {} not restored: {}", key, *basename,
+            if (auto put = memory->put(autotune::k_namespace, restored.basename, entry); !put) {
+                log.warn("bundle {}: entry {} not restored: {}", key, restored.basename,
                          put.error().message);
                 continue;
             }
-        } else if (auto stored = store.put(autotune::k_namespace, *basename, entry); !stored) {
-            log.warn("bundle {}: entry {} not restored: {}", key, *basename,
+        } else if (auto stored = store.put(autotune::k_namespace, restored.basename, entry);
+                   !stored) {
+            log.warn("bundle {}: entry {} not restored: {}", key, restored.basename,
                      stored.error().message);
             continue;
         }
         ++entries;
-        add_saturating(saved_ms, time_taken_ms(*best_config));
+        add_saturating(saved_ms, restored.time_taken_ms);
         if (memory_first) {
-            pending.emplace_back(*basename, std::move(entry));
+            pending.emplace_back(restored.basename, std::move(entry));
         }
     }
     if (!pending.empty()) {
@@ -264,18 +248,8 @@ tl::expected<std::uint32_t, store::StoreError> store_bundle(store::Store& store,
     if (bundle.hit || bundle.entries.empty()) {
         return 0;
     }
-    // {"<basename>": <best_config>, ...} as json.dumps writes the dict: the
-    // entries are already in that form, so they are joined, not re-encoded.
-    std::string text = "{";
-    for (const auto& [basename, json] : bundle.entries) {
-        if (text.size() > 1) {
-            text += ", ";
-        }
-        proto::python_json_dump(Json(basename), text);
-        text += ": ";
-        text += json;
-    }
-    text += '}';
+    // The entries are already in json.dumps form: joined, not re-encoded.
+    const std::string text = autotune::encode_bundle(bundle.entries);
     store::Entry entry;
     entry.value = store::Blob::copy_of(text);
     entry.created_ms = store::now_ms();

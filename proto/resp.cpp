@@ -12,9 +12,14 @@ namespace pt2cache::proto::resp {
 namespace {
 
 // Parses a signed decimal as Redis's string2ll does: no sign-less garbage,
-// no leading '+', no spaces.
+// no leading '+', no spaces, no leading zeros ("0" itself aside, "-0" is
+// refused too). Without leading zeros a valid number has at most 20
+// characters, so a length line does not parse differently when it arrives
+// whole than when it arrives in pieces (where a long one is refused early).
 bool parse_int(std::string_view text, std::int64_t& value) {
-    if (text.empty() || text.front() == '+') {
+    const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+    if (digits.empty() || digits.front() < '0' || digits.front() > '9' ||
+        (digits.front() == '0' && text.size() != 1)) {
         return false;
     }
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

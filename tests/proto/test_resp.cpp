@@ -82,6 +82,31 @@ TEST_CASE("hostile RESP is refused with Redis's wording", "[proto][resp]") {
     }
 }
 
+// Found by tests/fuzz/fuzz_resp.cpp's splitting invariant: with leading
+// zeros a length line longer than 64 KiB parsed when it arrived whole but was
+// refused ("too big ... count string") when it arrived in pieces. Redis's
+// string2ll refuses leading zeros, and so do we.
+TEST_CASE("lengths with leading zeros are refused, whole or split", "[proto][resp]") {
+    CHECK(error_of(parse("*01\r\n$1\r\na\r\n")) == "invalid multibulk length");
+    CHECK(error_of(parse("*1\r\n$01\r\na\r\n")) == "invalid bulk length");
+    CHECK(error_of(parse("*1\r\n$-0\r\n")) == "invalid bulk length");
+    const std::string zeros(70 * 1024, '0');
+    const std::string wire = "*" + zeros + "1\r\n$1\r\na\r\n";
+    CHECK(error_of(parse(wire)) == "invalid multibulk length");
+    CHECK(std::holds_alternative<ProtocolError>(parse(wire.substr(0, zeros.size()))));
+    const std::string bulk = "*1\r\n$" + zeros + "1\r\na\r\n";
+    CHECK(error_of(parse(bulk)) == "invalid bulk length");
+    // "0" itself and negative counts keep their meaning.
+    auto empty = parse("*0\r\n");
+    REQUIRE(std::holds_alternative<Command>(empty));
+    CHECK(std::get<Command>(empty).args.empty());
+    auto null = parse("*-1\r\n");
+    REQUIRE(std::holds_alternative<Command>(null));
+    auto zero_bulk = parse("*1\r\n$0\r\n\r\n");
+    REQUIRE(std::holds_alternative<Command>(zero_bulk));
+    CHECK(std::get<Command>(zero_bulk).args == std::vector<std::string_view>{""});
+}
+
 TEST_CASE("a bulk string over max_value is reported as soon as its length is read",
           "[proto][resp]") {
     const Limits limits{.max_bulk = 1000, .max_value = 10};

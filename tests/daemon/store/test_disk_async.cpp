@@ -238,7 +238,8 @@ TEST_CASE("async disk tier coalesces writes of one key", "[store][disk][async]")
     CHECK(value_of(reopened, "fx-graph", "hot") == "r19-49");
 }
 
-TEST_CASE("async disk tier back-pressure never drops a write", "[store][disk][async]") {
+TEST_CASE("async disk tier back-pressure never drops a write",
+          "[store][disk][async][concurrency]") {
     TempDir dir;
     Stats stats;
     const auto value = random_bytes(1000);
@@ -337,7 +338,8 @@ TEST_CASE("async disk tier lists the entries queued before the call", "[store][d
     CHECK(page->entries.size() == 50);
 }
 
-TEST_CASE("async disk tier under concurrent puts, gets and removes", "[store][disk][async]") {
+TEST_CASE("async disk tier under concurrent puts, gets and removes",
+          "[store][disk][async][concurrency]") {
     TempDir dir;
     Stats stats;
     DiskTier tier(dir.path(), async_options(64 << 10), stats);

@@ -391,7 +391,7 @@ TEST_CASE("disk tier with max_size 0 is disabled", "[store][disk]") {
     CHECK_FALSE(fs::exists(dir.path() / "cache"));
 }
 
-TEST_CASE("disk tier readers never see a partial entry", "[store][disk]") {
+TEST_CASE("disk tier readers never see a partial entry", "[store][disk][concurrency]") {
     TempDir dir;
     Stats stats;
     DiskTier tier(dir.path(), DiskOptions{1ULL << 30, 4096, 1}, stats);

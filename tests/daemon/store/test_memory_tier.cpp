@@ -179,7 +179,7 @@ TEST_CASE("memory tier lists a namespace in key order", "[store][memory]") {
     }
 }
 
-TEST_CASE("memory tier survives concurrent use", "[store][memory]") {
+TEST_CASE("memory tier survives concurrent use", "[store][memory][concurrency]") {
     Stats stats;
     const std::uint64_t capacity = 64 * 1024;
     MemoryTier tier(capacity, stats);

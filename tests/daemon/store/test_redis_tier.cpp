@@ -228,7 +228,8 @@ TEST_CASE("redis tier write-behind overflow and shutdown", "[store][redis_tier]"
     }
 }
 
-TEST_CASE("store with a redis tier: backfill and single flight", "[store][redis_tier]") {
+TEST_CASE("store with a redis tier: backfill and single flight",
+          "[store][redis_tier][concurrency]") {
     REQUIRE_REDIS_SERVER();
     TempDir dir;
     RedisServer server(dir.path());

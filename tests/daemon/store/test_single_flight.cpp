@@ -10,7 +10,8 @@
 using namespace pt2cache::daemon::store;
 using namespace std::chrono_literals;
 
-TEST_CASE("single flight runs concurrent calls of one key once", "[store][single_flight]") {
+TEST_CASE("single flight runs concurrent calls of one key once",
+          "[store][single_flight][concurrency]") {
     SingleFlight<int> flights;
     std::atomic<int> runs{0};
     std::atomic<int> leaders{0};
@@ -45,7 +46,7 @@ TEST_CASE("single flight: other keys and later calls run on their own", "[store]
     CHECK(flights.run("b", deadline, [&] { return ++runs; }).result == 3);
 }
 
-TEST_CASE("single flight waits are bounded", "[store][single_flight]") {
+TEST_CASE("single flight waits are bounded", "[store][single_flight][concurrency]") {
     SingleFlight<int> flights;
     std::thread leader([&] {
         flights.run("k", std::chrono::steady_clock::now() + 5s, [] {

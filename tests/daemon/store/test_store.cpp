@@ -325,7 +325,7 @@ TEST_CASE("store only_if_absent", "[store][put]") {
     CHECK(f.get("pgo", "k")->value.text() == "four");
 }
 
-TEST_CASE("store only_if_absent stores exactly once under a race", "[store][put]") {
+TEST_CASE("store only_if_absent stores exactly once under a race", "[store][put][concurrency]") {
     Fixture f;
     constexpr int k_threads = 8;
     constexpr int k_rounds = 20;

@@ -95,7 +95,8 @@ TEST_CASE("write-behind queue requeue, erase, drain, idle", "[store][write_behin
     }
 }
 
-TEST_CASE("write-behind queue waits are bounded and wakeable", "[store][write_behind]") {
+TEST_CASE("write-behind queue waits are bounded and wakeable",
+          "[store][write_behind][concurrency]") {
     WriteBehindQueue queue;
     const auto started = Clock::now();
     CHECK_FALSE(queue.pop(started + 30ms));
