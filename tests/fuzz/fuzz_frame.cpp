@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "proto/frame.hpp"
+#include "proto/hash_files.hpp"
 #include "proto/messages.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
@@ -122,6 +123,19 @@ void check_request_body(const Header& header, Bytes body, const Limits& limits) 
             FUZZ_CHECK(same(body_of(out), body));
         } else {
             check_error(token.error());
+        }
+        break;
+    case Op::hash_files:
+        if (auto paths = parse_hash_files(body)) {
+            FUZZ_CHECK(!paths->empty() && paths->size() <= k_max_hash_files);
+            const std::vector<std::string> copies(paths->begin(), paths->end());
+            for (const auto& path : copies) {
+                FUZZ_CHECK(!path.empty() && path.size() <= k_max_hash_path);
+            }
+            encode_hash_files(out, header.id, copies);
+            FUZZ_CHECK(same(body_of(out), body));
+        } else {
+            check_error(paths.error());
         }
         break;
     case Op::stats:
