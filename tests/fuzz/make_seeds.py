@@ -63,6 +63,8 @@ frames = {
     "exists": frame("exists", str8(b"inductor") + str16(KEY)),
     "del": frame("delete", str8(b"inductor") + str16(KEY)),
     "stats": frame("stats"),
+    "hash-files": frame(0x0A, struct.pack("<H", 2) + str16(b"/usr/include/stdio.h") +
+                        str16(b"/tmp/x.h")),
     "list": frame("list", str8(b"inductor") + str16(b"") + struct.pack("<I", 100)),
     "list-clamped": frame("list", str8(b"ns") + str16(b"cursor") + struct.pack("<I", 0)),
     "clear": frame("clear", str8(b"inductor")),
