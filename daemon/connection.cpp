@@ -104,7 +104,6 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     // most about double what they hold), never with what a length claims.
     const bool leased = co_await lease_input();
     if (!leased) {
-        m_refused_for_memory = true;
         m_context.stats.daemon().inflight_refused++;
         logger("session").warn("[{}] no room in daemon.max_inflight_bytes ({} of {} bytes in use) "
                                "for a {} byte input buffer within {} s; closing",

@@ -36,10 +36,8 @@ public:
 
     // Reads at least one more byte into input(), growing it for `hint` bytes.
     // False on end-of-file or error, and when the input buffer could not grow
-    // within the daemon's in-flight budget (see refused_for_memory()).
+    // within the daemon's in-flight budget (counted as inflight_refused).
     awaitable<bool> read_more(std::size_t hint);
-    // Whether the last read_more() failed for want of in-flight budget.
-    bool refused_for_memory() const { return m_refused_for_memory; }
     // The in-flight budget this connection holds (its input buffer beyond
     // the base size, and large bodies being received).
     InflightLease& lease() { return m_lease; }
@@ -64,7 +62,6 @@ private:
     bool m_peer_known = false;
     InputBuffer m_input;
     InflightLease m_lease;
-    bool m_refused_for_memory = false;
 };
 
 } // namespace pt2cache::daemon
