@@ -55,6 +55,8 @@ constexpr std::array k_settings = {
             .min = 1, .max = 19},
     Setting{.key = "disk.write_mode", .kind = Kind::choice, .field = &Config::disk_write_mode,
             .choices = k_write_modes},
+    Setting{.key = "disk.write_queue_size", .kind = Kind::size,
+            .field = &Config::disk_write_queue_size, .min = 1 << 20},
     // [caches]
     Setting{.key = "caches.fx_graph_cache", .kind = Kind::boolean, .field = &Config::fx_graph_cache,
             .env = "TORCHINDUCTOR_FX_GRAPH_CACHE", .seed = true},

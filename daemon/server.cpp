@@ -271,7 +271,9 @@ void Server::reload() {
         {fresh.disk_max_size != old.disk_max_size, "disk.max_size"},
         {fresh.compress_threshold != old.compress_threshold, "disk.compress_threshold"},
         {fresh.compress_level != old.compress_level, "disk.compress_level"},
-        {fresh.disk_write_mode != old.disk_write_mode, "disk.write_mode"},
+        {fresh.disk_write_mode != old.disk_write_mode ||
+             fresh.disk_write_queue_size != old.disk_write_queue_size,
+         "disk.write_mode/write_queue_size"},
         {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
         {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
         {fresh.max_connections != m_loaded.config.max_connections ||

@@ -119,6 +119,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.compress_level = config.compress_level;
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
+            options.write_queue_bytes = config.disk_write_queue_size;
             logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
                                   options.write_queue_bytes, options.writer_threads);
         }

@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 39;
+constexpr std::size_t k_setting_count = 40;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -42,7 +42,8 @@ cache_dir = "/var/cache/p2t"
 max_size = "20GiB"
 compress_threshold = 4096
 compress_level = 19
-write_mode = "async"
+write_mode = "sync"
+write_queue_size = "16MiB"
 
 [caches]
 fx_graph_cache = true
@@ -96,7 +97,8 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.disk_max_size == 10737418240);
     CHECK(c.compress_threshold == 65536);
     CHECK(c.compress_level == 3);
-    CHECK(c.disk_write_mode == "sync");
+    CHECK(c.disk_write_mode == "async");
+    CHECK(c.disk_write_queue_size == 64ull << 20);
     CHECK(c.fx_graph_cache);
     CHECK(c.autograd_cache);
     CHECK_FALSE(c.force_disable_caches);
@@ -161,7 +163,8 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.disk_max_size == 21474836480);
     CHECK(c.compress_threshold == 4096);
     CHECK(c.compress_level == 19);
-    CHECK(c.disk_write_mode == "async");
+    CHECK(c.disk_write_mode == "sync");
+    CHECK(c.disk_write_queue_size == 16ull << 20);
     CHECK(c.fx_graph_cache);
     CHECK_FALSE(c.autograd_cache);
     CHECK(c.force_disable_caches);
@@ -300,11 +303,11 @@ TEST_CASE("flags override the environment", "[config][load][flags]") {
                                 {"remote.port", "7003"},
                                 {"daemon.log_level", "Trace"},
                                 {"remote.read_only", "on"},
-                                {"disk.write_mode", "ASYNC"}});
+                                {"disk.write_mode", "SYNC"}});
     REQUIRE(loaded);
     const Config& c = loaded->config;
     CHECK(c.socket_path == "/tmp/p2t/flag.sock");
-    CHECK(c.disk_write_mode == "async"); // any case, stored in lower case
+    CHECK(c.disk_write_mode == "sync"); // any case, stored in lower case
     CHECK(c.disk_max_size == 2147483648);
     CHECK(c.fx_graph_cache);
     CHECK(c.autograd_cache);

@@ -55,7 +55,8 @@ disk.cache_dir = "/home/u/.cache/pt2cache"  # default (from HOME)
 disk.max_size = 10737418240  # default
 disk.compress_threshold = 65536  # default
 disk.compress_level = 3  # default
-disk.write_mode = "sync"  # default
+disk.write_mode = "async"  # default
+disk.write_queue_size = 67108864  # default
 
 caches.fx_graph_cache = true  # default
 caches.autograd_cache = true  # default
@@ -158,5 +159,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 39);
+    CHECK(values_of(rendered).size() == 40);
 }
