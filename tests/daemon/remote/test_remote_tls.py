@@ -6,6 +6,7 @@ TLS, and a server that accepts TCP and never speaks TLS."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -150,9 +151,11 @@ def test_mutual_tls(make_daemon, tls_redis, certs):
     d = tls_daemon(make_daemon, port, sub="with", tls_ca_file=certs["ca"].ca,
                    tls_cert_file=client.cert, tls_key_file=client.key)
     assert_serves_over_tls(d, r, port, certs, "mtls", client=client)
-    # Without a client certificate Redis ends the handshake.
+    # Without a client certificate Redis ends the connection (with TLS 1.3,
+    # after the client's side of the handshake: the first read or write fails,
+    # "alert certificate required" or a reset).
     without = tls_daemon(make_daemon, port, sub="without", tls_ca_file=certs["ca"].ca)
-    assert_refused(without, "TLS")
+    assert_refused(without, f"rediss://127.0.0.1:{port}: TLS ")
 
 
 def test_unreadable_tls_files_stop_the_daemon(make_daemon, tls_redis, certs, tmp_root):
@@ -182,3 +185,29 @@ def test_handshake_with_a_silent_server_holds_the_deadline(make_daemon):
         # Answered locally (the tier is not connected), within the get budget anyway.
         assert time.monotonic() - started < 0.5 + 0.5
         assert remote_stats(d)["errors"] == 0
+
+
+def test_large_values_over_tls(make_daemon, tls_redis, certs):
+    """Multi-record transfers both ways (partial TLS writes and reads, a bulk
+    read straight into its buffer)."""
+    r, port = tls_redis()
+    d = tls_daemon(make_daemon, port, op_ms=5000, tls_ca_file=certs["ca"].ca)
+    wait_remote_state(d, "connected")
+    native = Native(d.socket)
+    value = os.urandom(24 << 20)
+    redis_key, inner = fx_key("large-put")
+    assert native.put("fx-graph", inner, value) == OK
+    wait_for(lambda: redis_client(r).strlen(redis_key) == len(value), timeout=30,
+             what="the large SET over TLS")
+    assert redis_client(r).get(redis_key) == value
+    other_key, other_inner = fx_key("large-get")
+    redis_client(r).set(other_key, value[::-1])
+    assert native.get("fx-graph", other_inner) == (OK, value[::-1])
+    assert remote_stats(d)["errors"] == 0
+
+
+def test_tls_needs_tcp(make_daemon, redis_server):
+    env = {"TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+           "TORCHINDUCTOR_REDIS_URL": f"unix://{redis_server.socket}"}
+    with pytest.raises(RuntimeError, match="TLS needs a TCP endpoint"):
+        make_daemon(*redis_args(tls="true"), env=env)
