@@ -280,8 +280,9 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
     std::vector<RedisCommand> commands{{{"DEL", *redis_key}, {RedisReply::Type::integer}}};
-    const auto companion = signature_key(*redis_key);
+    std::string companion; // signed entries: the signature goes too
     if (m_options.signer) {
+        companion = signature_key(*redis_key);
         commands.push_back({{"DEL", companion}, {RedisReply::Type::integer}});
     }
     auto replies = execute(m_pool, commands, admission);
