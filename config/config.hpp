@@ -68,6 +68,13 @@ struct Config {
     unsigned remote_pool_size = 4;            // 1..64
     std::uint64_t write_behind_queue_bytes = 256ull << 20;
     std::uint64_t remote_max_value_size = 512ull << 20; // 1 .. 4 GiB-1, Redis's proto-max-bulk-len
+    bool redis_tls = false;                             // TLS to Redis (a rediss:// URL sets it)
+    std::string redis_tls_ca_file;                      // PEM CA bundle; empty: the system's
+    std::string redis_tls_cert_file;     // PEM client certificate (chain), for mutual TLS
+    std::string redis_tls_key_file;      // its private key; empty: in redis_tls_cert_file
+    std::string redis_tls_server_name;   // SNI and the name verified; empty: the host
+    bool redis_tls_verify = true;        // false: no peer verification (a warning at start)
+    std::string remote_signing_key_file; // HMAC keys (docs/remote.md); empty: unsigned
     // [resp] (Redis-protocol front door)
     std::string resp_password; // empty: AUTH not required
     // [bundle]

@@ -293,6 +293,13 @@ void Server::reload() {
         {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
          "remote.write_behind_queue_bytes"},
         {fresh.remote_max_value_size != old.remote_max_value_size, "remote.max_value_size"},
+        {fresh.redis_tls != old.redis_tls || fresh.redis_tls_ca_file != old.redis_tls_ca_file ||
+             fresh.redis_tls_cert_file != old.redis_tls_cert_file ||
+             fresh.redis_tls_key_file != old.redis_tls_key_file ||
+             fresh.redis_tls_server_name != old.redis_tls_server_name ||
+             fresh.redis_tls_verify != old.redis_tls_verify,
+         "remote.tls*"},
+        {fresh.remote_signing_key_file != old.remote_signing_key_file, "remote.signing_key_file"},
         {fresh.remote_enabled && m_context.store->remote_tier() == nullptr,
          "remote caching (no remote tier was started)"},
     };

@@ -17,12 +17,8 @@ void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
     counter.fetch_add(amount, std::memory_order_relaxed);
 }
 
-// The daemon registers "remote"; without it (unit tests), the store's logger.
 spdlog::logger& remote_log() {
-    if (const auto registered = spdlog::get("remote")) {
-        return *registered;
-    }
-    return logger();
+    return remote_logger();
 }
 
 StoreError to_store_error(const RedisError& error) {
@@ -208,6 +204,9 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
         add(m_counters.skipped);
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
+    if (m_options.signer) {
+        return get_signed(*redis_key, admission);
+    }
     const RedisCommand command{{"GET", *redis_key},
                                {RedisReply::Type::string, RedisReply::Type::nil}};
     auto replies = execute(m_pool, std::span(&command, 1), admission);
@@ -280,8 +279,13 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
         add(m_counters.skipped);
         return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
     }
-    const RedisCommand command{{"DEL", *redis_key}, {RedisReply::Type::integer}};
-    auto replies = execute(m_pool, std::span(&command, 1), admission);
+    std::vector<RedisCommand> commands{{{"DEL", *redis_key}, {RedisReply::Type::integer}}};
+    std::string companion; // signed entries: the signature goes too
+    if (m_options.signer) {
+        companion = signature_key(*redis_key);
+        commands.push_back({{"DEL", companion}, {RedisReply::Type::integer}});
+    }
+    auto replies = execute(m_pool, commands, admission);
     if (!replies) {
         return tl::make_unexpected(to_store_error(replies.error()));
     }
@@ -335,14 +339,20 @@ void RedisTier::write(WriteItem item) {
         command.args.push_back(seconds ? "EX" : "PX");
         command.args.push_back(ttl);
     }
-    auto replies = execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
+    std::vector<RedisCommand> commands{std::move(command)};
+    std::array<std::string, 2> companion;
+    if (m_options.signer) {
+        add_signature(commands, companion);
+    }
+    auto replies = execute(m_write_pool, commands, admission, &m_abort);
     if (replies) {
-        const RedisReply& reply = *replies->front();
-        if (reply.is_ok()) {
+        const auto refused = std::find_if(replies->begin(), replies->end(),
+                                          [](const auto& reply) { return !reply->is_ok(); });
+        if (refused == replies->end()) {
             add(m_counters.written);
         } else {
             add(m_counters.errors);
-            log_refused_write(item, reply.text());
+            log_refused_write(item, (*refused)->text());
         }
         m_queue.finished();
     } else if (replies.error().kind == RedisErrorKind::aborted) {
@@ -363,18 +373,14 @@ void RedisTier::write(WriteItem item) {
 
 void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason) {
     // A full Redis (-OOM) refuses every write: one line per 10 s is enough.
-    constexpr std::int64_t k_interval_ms = 10'000;
-    const auto now = now_ms();
-    auto last = m_last_refusal_log_ms.load(std::memory_order_relaxed);
-    if (now - last < k_interval_ms ||
-        !m_last_refusal_log_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-        m_refusals_unlogged.fetch_add(1, std::memory_order_relaxed);
+    const auto suppressed = m_refusal_log.take();
+    if (!suppressed) {
         return;
     }
-    const auto unlogged = m_refusals_unlogged.exchange(0, std::memory_order_relaxed);
     remote_log().warn(
         "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
-        unlogged == 0 ? std::string() : fmt::format(" ({} more refusals not logged)", unlogged));
+        *suppressed == 0 ? std::string()
+                         : fmt::format(" ({} more refusals not logged)", *suppressed));
 }
 
 void RedisTier::flusher_loop() {

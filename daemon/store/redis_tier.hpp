@@ -17,6 +17,7 @@
 // Every call blocks (up to its deadline): never call it on an Asio thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -25,6 +26,8 @@
 #include <vector>
 
 #include "daemon/store/circuit_breaker.hpp"
+#include "daemon/store/entry_signing.hpp"
+#include "daemon/store/log.hpp"
 #include "daemon/store/redis_context.hpp"
 #include "daemon/store/redis_pool.hpp"
 #include "daemon/store/stats.hpp"
@@ -45,6 +48,9 @@ struct RedisTierOptions {
     // Between probes while connecting (the breaker's cool-downs apply once
     // it has opened).
     Milliseconds probe_interval{200};
+    // Signed entries (docs/remote.md): every write also sets the companion
+    // `pt2sig:{key}`, every get checks it. Null: off.
+    std::shared_ptr<const EntrySigner> signer;
 };
 
 class RedisTier final : public Tier {
@@ -106,6 +112,14 @@ private:
     void update_gauges();
     void log_refused_write(const WriteItem& item, std::string_view reason);
 
+    // Signed entries (redis_tier_signed.cpp).
+    tl::expected<std::optional<Entry>, StoreError> get_signed(const std::string& redis_key,
+                                                              Admission admission);
+    // `commands` (a SET) followed by the SET of its companion, same TTL;
+    // `companion` holds the strings the new command views.
+    void add_signature(std::vector<RedisCommand>& commands,
+                       std::array<std::string, 2>& companion) const;
+
     const RedisTierOptions m_options;
     RemoteCounters& m_counters;
     RedisPool m_pool;       // gets and deletes: `pool_size` connections
@@ -120,8 +134,8 @@ private:
     std::atomic<bool> m_stopping{false};
     std::atomic<bool> m_abort{false};
     std::atomic<unsigned> m_running{0};
-    std::atomic<std::int64_t> m_last_refusal_log_ms{0};
-    std::atomic<std::uint64_t> m_refusals_unlogged{0};
+    LogThrottle m_refusal_log;
+    LogThrottle m_rejection_log;
     std::vector<std::thread> m_flushers;
 };
 

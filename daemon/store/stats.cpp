@@ -51,6 +51,8 @@ nlohmann::json remote_json(const RemoteCounters& remote, std::int64_t now_ms) {
         {"shutdown_drops", load(remote.shutdown_drops)},
         {"oversize_skips", load(remote.oversize_skips)},
         {"protocol_errors", load(remote.protocol_errors)},
+        {"rejected_unsigned", load(remote.rejected_unsigned)},
+        {"rejected_bad_signature", load(remote.rejected_bad_signature)},
         {"queue_bytes", load(remote.queue_bytes)},
         {"queue_entries", load(remote.queue_entries)},
     };

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view k_size_hint = "(suffixes: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)";
 constexpr std::string_view k_url_forms =
-    "expected redis://[user:password@]host[:port][/db] or unix:///path[?db=N]";
+    "expected redis[s]://[user:password@]host[:port][/db] (rediss: TLS) or unix:///path[?db=N]";
 
 // Loads and returns the error, which must be one line.
 std::string error_of(const tl::expected<Loaded, ConfigError>& loaded) {

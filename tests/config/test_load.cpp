@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 40;
+constexpr std::size_t k_setting_count = 47;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -122,6 +122,13 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.remote_pool_size == 4);
     CHECK(c.write_behind_queue_bytes == 268435456);
     CHECK(c.remote_max_value_size == 536870912);
+    CHECK_FALSE(c.redis_tls);
+    CHECK(c.redis_tls_ca_file.empty());
+    CHECK(c.redis_tls_cert_file.empty());
+    CHECK(c.redis_tls_key_file.empty());
+    CHECK(c.redis_tls_server_name.empty());
+    CHECK(c.redis_tls_verify);
+    CHECK(c.remote_signing_key_file.empty());
     CHECK(c.resp_password.empty());
     CHECK(c.bundle_idle_timeout_s == 600);
 
@@ -409,6 +416,19 @@ TEST_CASE("a Redis URL sets the connection settings", "[config][load][remote]") 
                          "remote.password", "remote.db"}) {
             check_origin(*loaded, key, Source::environment, "TORCHINDUCTOR_REDIS_URL");
         }
+    }
+    SECTION("rediss:// turns TLS on, redis:// off") {
+        auto tls = fixture.load("[remote]\ntls_server_name = \"cache.internal\"\n",
+                                {{"TORCHINDUCTOR_REDIS_URL", "rediss://h:6380"}});
+        REQUIRE(tls);
+        CHECK(tls->config.redis_tls);
+        CHECK(tls->config.redis_tls_server_name == "cache.internal");
+        CHECK(tls->config.redis_tls_verify);
+        check_origin(*tls, "remote.tls", Source::environment, "TORCHINDUCTOR_REDIS_URL");
+        auto plain =
+            fixture.load("[remote]\ntls = true\n", {{"TORCHINDUCTOR_REDIS_URL", "redis://h:6380"}});
+        REQUIRE(plain);
+        CHECK_FALSE(plain->config.redis_tls);
     }
     SECTION("the URL wins over host and port in the same layer") {
         auto loaded = fixture.load("", {{"TORCHINDUCTOR_REDIS_URL", "redis://:pw@urlhost"},
