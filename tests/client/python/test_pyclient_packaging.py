@@ -129,7 +129,7 @@ def test_python_stats_mirrors_the_cli(client, daemon):
 
 
 def test_python_stats_mirrors_the_cli_with_a_remote_tier(make_daemon, redis_server):
-    d = make_daemon(env={"TORCHINDUCTOR_REDIS_URL": f"unix://{redis_server.socket}",
+    d = make_daemon("--set", "disk.write_mode=async", env={"TORCHINDUCTOR_REDIS_URL": f"unix://{redis_server.socket}",
                          "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"})
     from pt2cache import Client
     c = Client(d.socket, strict=True)
@@ -138,6 +138,7 @@ def test_python_stats_mirrors_the_cli_with_a_remote_tier(make_daemon, redis_serv
     c.close()
     text = compare_stats(d.socket)
     assert re.search(r"^remote \S+", text, re.M), text
+    assert re.search(r"^ {10}write queue \d+ entries, .* oldest [0-9.]+ s$", text, re.M), text
     assert "write-behind queue" in text
 
 

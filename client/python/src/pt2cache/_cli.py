@@ -120,6 +120,13 @@ def _render_tiers(stats: Dict[str, Any]) -> str:
         out += (f"{name:<8}  {_counter(tier, 'count'):>9}  "
                 f"{human_bytes(_counter(tier, 'bytes')):>10}  "
                 f"{human_bytes(_counter(tier, 'capacity')):>10}\n")
+        queue = tier.get("write_queue")
+        if isinstance(queue, dict):  # the disk tier's asynchronous write queue
+            age: Any = queue.get("oldest_age_s", 0.0)
+            out += (f"{'':<8}  write queue {_counter(queue, 'entries')} entries, "
+                    f"{human_bytes(_counter(queue, 'bytes'))} of "
+                    f"{human_bytes(_counter(queue, 'capacity'))}, "
+                    f"oldest {float(age) if _is_number(age) else 0.0:.1f} s\n")
     return out
 
 
