@@ -11,6 +11,7 @@
 #include "daemon/log.hpp"
 #include "daemon/socket_setup.hpp"
 #include "daemon/store_factory.hpp"
+#include "daemon/watchdog.hpp"
 
 #include <systemd/sd-daemon.h>
 
@@ -83,7 +84,8 @@ public:
         , m_signals(m_io, SIGINT, SIGTERM, SIGHUP)
         , m_idle_timer(m_io)
         , m_bundle_timer(m_io)
-        , m_drain_timer(m_io) {}
+        , m_drain_timer(m_io)
+        , m_watchdog(m_io, m_loaded.config.io_threads) {}
 
     int run();
 
@@ -110,6 +112,7 @@ private:
     asio::steady_timer m_bundle_timer;
     std::atomic<unsigned> m_bundle_timeout_s{600};
     asio::steady_timer m_drain_timer;
+    Watchdog m_watchdog;
     std::unique_ptr<InstanceLock> m_lock;
     fs::path m_bound_path; // unlinked at exit when we created it
     std::uint64_t m_next_id = 0;
@@ -153,6 +156,7 @@ int Server::run() {
              config.blocking_threads, ready_us / 1000.0);
     ::sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%ld", config.socket_path.c_str(),
                  static_cast<long>(::getpid()));
+    m_watchdog.start();
 
     std::vector<std::thread> threads;
     for (unsigned i = 1; i < config.io_threads; ++i) {
@@ -332,6 +336,7 @@ void Server::stop(std::string_view why) {
     m_signals.cancel(ignored);
     m_idle_timer.cancel();
     m_bundle_timer.cancel();
+    m_watchdog.stop();
     m_registry.shutdown_reads();
     m_drain_timer.expires_after(k_drain_deadline);
     m_drain_timer.async_wait([this](const boost::system::error_code& ec) {

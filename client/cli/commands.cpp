@@ -162,16 +162,6 @@ tl::expected<void, std::string> write_output(const std::string& path,
 
 } // namespace
 
-int run_ping(const Globals& globals) {
-    auto client = make_client(globals);
-    auto rtt = client.ping();
-    if (!rtt) {
-        return report(rtt.error());
-    }
-    fmt::print("{} µs\n", rtt->count());
-    return exit_status::ok;
-}
-
 int run_stats(const Globals& globals, bool json) {
     auto client = make_client(globals);
     auto stats = client.stats_json();

@@ -34,7 +34,8 @@ struct KeyArgs {
     std::string key;
 };
 
-int run_ping(const Globals& globals);
+// ping.cpp: `wait` is --wait's DURATION, nullopt for a single try.
+int run_ping(const Globals& globals, const std::optional<std::string>& wait);
 int run_stats(const Globals& globals, bool json);
 int run_get(const Globals& globals, const KeyArgs& args, const std::string& output);
 int run_put(const Globals& globals, const KeyArgs& args, const std::string& input,

@@ -147,12 +147,16 @@ std::string render_tiers(const nlohmann::json& stats) {
         out += fmt::format("{:<8}  {:>9}  {:>10}  {:>10}\n", name, counter(tier, "count"),
                            human_bytes(counter(tier, "bytes")),
                            human_bytes(counter(tier, "capacity")));
-        if (tier.value("write_mode", "") == "async") {
-            // The disk tier's write queue: puts answered, files not yet written.
-            out += fmt::format(
-                "{:<8}  write queue {} entries, {} of {}, oldest {} ms\n", "",
-                counter(tier, "queue_entries"), human_bytes(counter(tier, "queue_bytes")),
-                human_bytes(counter(tier, "queue_capacity")), counter(tier, "queue_oldest_ms"));
+        // The disk tier's asynchronous write queue.
+        if (const auto queue = tier.find("write_queue");
+            queue != tier.end() && queue->is_object()) {
+            const auto age_field = queue->find("oldest_age_s");
+            const double age = age_field != queue->end() && age_field->is_number()
+                                   ? age_field->get<double>()
+                                   : 0.0;
+            out += fmt::format("{:<8}  write queue {} entries, {} of {}, oldest {:.1f} s\n", "",
+                               counter(*queue, "entries"), human_bytes(counter(*queue, "bytes")),
+                               human_bytes(counter(*queue, "capacity")), age);
         }
     }
     return out;

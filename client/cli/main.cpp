@@ -2,10 +2,12 @@
 //
 // `pt2cache`: inspect and use the per-user pt2cached daemon from a shell.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "client/cli/commands.hpp"
+#include "client/cli/top.hpp"
 #include "proto/frame.hpp"
 #include "proto/messages.hpp"
 
@@ -69,6 +71,13 @@ int run(int argc, char** argv) {
         ->type_name("PATH");
 
     auto* ping = app.add_subcommand("ping", "Print the round-trip time of one request, in µs");
+    std::optional<std::string> ping_wait;
+    ping->add_option("--wait", ping_wait,
+                     "Retry until pt2cached answers, for at most DURATION (e.g. 5s, 500ms)")
+        ->type_name("DURATION");
+
+    TopArgs top_args;
+    auto* top = add_top_command(app, top_args);
 
     bool json = false;
     auto* stats = app.add_subcommand("stats", "Show the daemon's counters per namespace and tier");
@@ -153,7 +162,10 @@ int run(int argc, char** argv) {
     }
 
     if (*ping) {
-        return run_ping(globals);
+        return run_ping(globals, ping_wait);
+    }
+    if (*top) {
+        return run_top(globals, top_args);
     }
     if (*stats) {
         return run_stats(globals, json);

@@ -97,11 +97,8 @@ std::uint64_t DiskTier::queued_bytes() const {
     return m_writer ? m_writer->bytes() : 0;
 }
 
-std::chrono::milliseconds DiskTier::oldest_queued_age() const {
-    if (!m_writer) {
-        return std::chrono::milliseconds{0};
-    }
-    return std::chrono::duration_cast<std::chrono::milliseconds>(m_writer->oldest_age());
+std::chrono::steady_clock::duration DiskTier::oldest_queued_age() const {
+    return m_writer ? m_writer->oldest_age() : std::chrono::steady_clock::duration::zero();
 }
 
 void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id,

@@ -107,8 +107,9 @@ public:
     // Async mode: writes queued or in flight, and the bytes they hold.
     std::size_t queued_writes() const;
     std::uint64_t queued_bytes() const;
-    // Async mode: how long the oldest queued write has waited.
-    std::chrono::milliseconds oldest_queued_age() const;
+    // Async mode: how long the oldest queued or in-flight write has waited.
+    std::chrono::steady_clock::duration oldest_queued_age() const;
+    bool async_writes() const { return m_writer != nullptr; }
 
 private:
     void scan();

@@ -95,8 +95,8 @@ public:
     std::uint64_t bytes() const;
     std::size_t size() const;        // queued and in-flight writes
     std::uint64_t coalesced() const; // writes replaced by a newer one before being written
-    // How long the oldest queued or in-flight write has waited; zero when
-    // none is.
+    // How long the oldest queued or in-flight write has waited (zero when
+    // none): a replaced write's successor counts from its own push.
     Clock::duration oldest_age() const;
     std::uint64_t capacity() const { return m_capacity; }
 
@@ -126,7 +126,7 @@ private:
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;
     std::deque<Hash128> m_ready; // ids with a queued write (may hold stale ids)
-    // Sequence numbers of queued and in-flight writes, with when each was queued.
+    // Sequence numbers of queued and in-flight writes, with their push times.
     std::map<std::uint64_t, Clock::time_point> m_outstanding;
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;

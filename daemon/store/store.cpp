@@ -414,11 +414,16 @@ nlohmann::json Store::tier_summary() const {
             {"capacity", m_disk->capacity()},
             {"scan_complete", m_disk->scan_complete()},
             {"write_mode", m_disk->options().write_mode == DiskWriteMode::async ? "async" : "sync"},
-            {"queue_entries", m_disk->queued_writes()},
-            {"queue_bytes", m_disk->queued_bytes()},
-            {"queue_capacity", m_disk->options().write_queue_bytes},
-            {"queue_oldest_ms", m_disk->oldest_queued_age().count()},
         };
+        if (m_disk->async_writes()) {
+            const std::chrono::duration<double> age = m_disk->oldest_queued_age();
+            out["disk"]["write_queue"] = {
+                {"entries", m_disk->queued_writes()},
+                {"bytes", m_disk->queued_bytes()},
+                {"capacity", m_disk->options().write_queue_bytes},
+                {"oldest_age_s", age.count()},
+            };
+        }
     }
     if (m_remote) {
         out["remote"] = {{"name", m_remote->name()}};

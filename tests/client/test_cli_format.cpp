@@ -64,3 +64,17 @@ TEST_CASE("render_stats shows active namespace and tier rows", "[cli][format]") 
     CHECK_THAT(render_stats(idle), Catch::Contains("no cache activity yet"));
     CHECK_THROWS_AS(render_stats(nlohmann::json::parse("[]")), nlohmann::json::exception);
 }
+
+TEST_CASE("render_stats shows the disk write queue in async mode", "[cli][format]") {
+    auto stats = nlohmann::json::parse(R"({
+        "version": "0.1.0", "pid": 1, "namespaces": {},
+        "tiers": {"disk": {"bytes": 2048, "count": 3, "capacity": 1073741824,
+                           "write_queue": {"entries": 2, "bytes": 1536, "capacity": 67108864,
+                                           "oldest_age_s": 0.75}}}})");
+    const auto text = render_stats(stats);
+    CHECK(text.find("disk              3     2.0 KiB     1.0 GiB\n"
+                    "          write queue 2 entries, 1.5 KiB of 64.0 MiB, oldest 0.8 s\n") !=
+          std::string::npos);
+    stats["tiers"]["disk"].erase("write_queue");
+    CHECK(render_stats(stats).find("write queue") == std::string::npos);
+}

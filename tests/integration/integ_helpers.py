@@ -130,7 +130,7 @@ def drain_disk_queue(source, timeout: float = 20.0) -> None:
     `source`: a NativeClient or a Daemon (anything with `stats()`)."""
     def drained():
         disk = source.stats()["tiers"]["disk"] or {}
-        return disk.get("queue_entries", 0) == 0
+        return (disk.get("write_queue") or {}).get("entries", 0) == 0
 
     wait_for(drained, timeout=timeout, what="the disk write queue to drain")
 

@@ -401,3 +401,28 @@ TEST_CASE("async disk tier under concurrent puts, gets and removes",
     CHECK(stats.tier("fx-graph", TierId::disk).errors.load() == 0);
     CHECK(stats.tier("fx-graph", TierId::disk).corrupt.load() == 0);
 }
+
+TEST_CASE("async disk tier reports the age of its oldest queued write", "[store][disk][async]") {
+    using namespace std::chrono_literals;
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), async_options(), stats);
+    CHECK(tier.oldest_queued_age() == std::chrono::steady_clock::duration::zero());
+    tier.pause_writes(true);
+    REQUIRE(tier.put("fx-graph", "first", make_entry("1")));
+    std::this_thread::sleep_for(60ms);
+    REQUIRE(tier.put("fx-graph", "second", make_entry("2")));
+    const auto age = tier.oldest_queued_age();
+    CHECK(age >= 60ms); // the first write's, not the second's
+    CHECK(age < 60s);
+    std::this_thread::sleep_for(20ms);
+    CHECK(tier.oldest_queued_age() >= age + 20ms); // it keeps growing while queued
+    tier.pause_writes(false);
+    tier.wait_for_writes();
+    CHECK(tier.oldest_queued_age() == std::chrono::steady_clock::duration::zero());
+
+    TempDir sync_dir;
+    DiskTier sync(sync_dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    CHECK_FALSE(sync.async_writes());
+    CHECK(tier.async_writes());
+}

@@ -82,6 +82,20 @@ def _join_path(directory: str, name: str) -> str:
 class _Connection:
     """State and I/O of the one connection; see the module docstring."""
 
+    # Set by Client.__init__.
+    _path: str
+    _timeout: float
+    _connect_timeout: float
+    _retry_after: float
+    _name: bytes
+    _lock: threading.Lock
+    _sock: Optional[socket.socket]
+    _pid: int
+    _info: Optional[ServerInfo]
+    _next_id: int
+    _down_until: float
+    _down_reason: str
+
     def _with_connection(self, fn: Callable[[], _T]) -> _T:
         """Runs ``fn`` holding the lock with a connection open; a request that
         broke a reused connection before any reply byte arrived is sent once

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 1
 MAGIC = b"\xf2P"
@@ -146,7 +146,7 @@ class _Reader:
         self.at += n
         return view
 
-    def unpack(self, fmt: struct.Struct) -> tuple:
+    def unpack(self, fmt: struct.Struct) -> Tuple[Any, ...]:
         return fmt.unpack(self.take(fmt.size))
 
     def str8(self) -> bytes:
@@ -184,14 +184,14 @@ def parse_u32(body: Bytesish, what: str) -> int:
     r = _Reader(body)
     (value,) = r.unpack(_U32)
     r.end(what)
-    return value
+    return int(value)
 
 
 def parse_u64(body: Bytesish, what: str) -> int:
     r = _Reader(body)
     (value,) = r.unpack(_U64)
     r.end(what)
-    return value
+    return int(value)
 
 
 def parse_bundle_begin_response(body: Bytesish) -> Tuple[int, bool, int, int]:

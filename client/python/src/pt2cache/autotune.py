@@ -32,7 +32,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "NAMESPACE",
@@ -93,7 +93,7 @@ class Config:
         self.num_buffers_warp_spec = num_buffers_warp_spec
         self.found_by_coordesc = False
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> Tuple[Any, ...]:
         return (self.kwargs, self.num_warps, self.num_stages, self.num_consumer_groups,
                 self.num_buffers_warp_spec, self.found_by_coordesc)
 

@@ -27,7 +27,8 @@ import socket
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
+                    Tuple, TypeVar, Union)
 
 from . import _wire
 from ._wire import CAP_BUNDLE, FLAG_BUNDLE, FLAG_ONLY_IF_ABSENT, Op, Status
@@ -108,7 +109,7 @@ class Client(_Connection):
         self._next_id = 0
         self._down_until = 0.0
         self._down_reason = ""
-        self._warned: set = set()
+        self._warned: Set[Tuple[str, Any]] = set()
         _clients.add(self)
 
     # ------------------------------------------------------------ properties

@@ -136,7 +136,7 @@ def install(client: Optional[Client] = None,
         for cls in found.values():
             own = "backend_override_cls" in cls.__dict__
             _previous[cls] = (own, cls.__dict__.get("backend_override_cls"))
-            cls.backend_override_cls = backend_cls
+            setattr(cls, "backend_override_cls", backend_cls)
     log.debug("pt2cache: routed %s through %s", ", ".join(found), backend_cls.__name__)
     if found_launcher is not None:
         socket_path = client.socket_path if client is not None else default_client().socket_path
@@ -217,10 +217,10 @@ def installed() -> Tuple[str, ...]:
 def _restore_locked() -> None:
     for cls, (own, value) in _previous.items():
         if own:
-            cls.backend_override_cls = value
+            setattr(cls, "backend_override_cls", value)
         else:
             try:
-                del cls.backend_override_cls
+                delattr(cls, "backend_override_cls")
             except AttributeError:
                 pass
     _previous.clear()
@@ -283,7 +283,7 @@ def _ttl_from_env() -> Optional[float]:
     return ttl if ttl > 0 else None
 
 
-def _make_backend_class(base: type, client_factory: Callable[[], Client]) -> type:
+def _make_backend_class(base: Any, client_factory: Callable[[], Client]) -> type:
     def __init__(self: Any) -> None:
         try:
             base.__init__(self)
@@ -294,7 +294,8 @@ def _make_backend_class(base: type, client_factory: Callable[[], Client]) -> typ
 
     def _get(self: Any, key: Any) -> Optional[bytes]:
         ns, inner = from_redis_key(_as_text(key))
-        return self._client.get(ns, inner)
+        value: Optional[bytes] = self._client.get(ns, inner)
+        return value
 
     def _put(self: Any, key: Any, data: Any) -> None:
         ns, inner = from_redis_key(_as_text(key))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import abstractmethod
-from typing import Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
 
 from . import _wire
 from .client import Client, default_client
@@ -41,25 +41,29 @@ __all__ = ["Backend", "NAMESPACE", "entry_key"]
 
 NAMESPACE = "triton"
 
-try:
-    from triton.runtime.cache import RemoteCacheBackend as _Base
-except Exception:  # noqa: BLE001 - no Triton (or a broken one): the stand-in
+class RemoteCacheBackend:
+    """Stand-in for triton.runtime.cache.RemoteCacheBackend."""
 
-    class RemoteCacheBackend:  # type: ignore[no-redef]
-        """Stand-in for triton.runtime.cache.RemoteCacheBackend."""
+    def __init__(self, key: str):
+        pass
 
-        def __init__(self, key: str):
-            pass
+    @abstractmethod
+    def get(self, filenames: List[str]) -> Dict[str, bytes]:
+        pass
 
-        @abstractmethod
-        def get(self, filenames: List[str]) -> Dict[str, bytes]:
-            pass
+    @abstractmethod
+    def put(self, filename: str, data: bytes) -> None:
+        pass
 
-        @abstractmethod
-        def put(self, filename: str, data: bytes) -> None:
-            pass
 
-    _Base = RemoteCacheBackend  # type: ignore[misc]
+# The type checker always sees the stand-in (same methods), with or without
+# Triton installed.
+_Base = RemoteCacheBackend
+if not TYPE_CHECKING:
+    try:
+        from triton.runtime.cache import RemoteCacheBackend as _Base
+    except Exception:  # noqa: BLE001 - no Triton (or a broken one): the stand-in
+        pass
 
 
 def entry_key(cache_key: str, filename: str) -> str:
@@ -73,7 +77,7 @@ def entry_key(cache_key: str, filename: str) -> str:
     return f"{cache_key}/#sha256:{digest}"
 
 
-class Backend(_Base):  # type: ignore[misc, valid-type]
+class Backend(_Base):
     """Triton ``RemoteCacheBackend`` over pt2cached (namespace ``triton``).
 
     ``key``: the kernel's cache key, as Triton's ``RemoteCacheManager``
