@@ -9,6 +9,7 @@
 
 #include "daemon/connection.hpp"
 #include "daemon/log.hpp"
+#include "daemon/metrics_http.hpp"
 #include "daemon/socket_setup.hpp"
 #include "daemon/store_factory.hpp"
 
@@ -111,7 +112,8 @@ private:
     std::atomic<unsigned> m_bundle_timeout_s{600};
     asio::steady_timer m_drain_timer;
     std::unique_ptr<InstanceLock> m_lock;
-    fs::path m_bound_path; // unlinked at exit when we created it
+    std::unique_ptr<MetricsHttpServer> m_metrics; // metrics.listen, when set
+    fs::path m_bound_path;                        // unlinked at exit when we created it
     std::uint64_t m_next_id = 0;
     std::chrono::steady_clock::time_point m_last_refusal_log{};
 };
@@ -139,6 +141,15 @@ int Server::run() {
     set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
 
+    // Before the cache socket: a bad metrics.listen leaves nothing behind.
+    if (!config.metrics_listen.empty()) {
+        auto address = config::parse_listen_address(config.metrics_listen);
+        if (!address) {
+            throw Fatal(fmt::format("metrics.listen: {}", address.error()), 2);
+        }
+        m_metrics = std::make_unique<MetricsHttpServer>(m_context, *address);
+        m_metrics->start();
+    }
     listen();
     asio::co_spawn(m_io, accept_loop(), asio::detached);
     wait_for_signal();
@@ -162,6 +173,7 @@ int Server::run() {
     for (auto& thread : threads) {
         thread.join();
     }
+    m_metrics.reset();
     m_blocking.join();
     if (!m_bound_path.empty()) {
         ::unlink(m_bound_path.c_str());
@@ -321,6 +333,9 @@ void Server::stop(std::string_view why) {
     boost::system::error_code ignored;
     m_acceptor.close(ignored);
     m_signals.cancel(ignored);
+    if (m_metrics) {
+        m_metrics->stop();
+    }
     m_idle_timer.cancel();
     m_bundle_timer.cancel();
     m_registry.shutdown_reads();
