@@ -69,8 +69,9 @@ private:
     // Handles one request; false when the connection must close afterwards.
     awaitable<bool> handle(const proto::Header& header, std::span<const std::byte> body,
                            const Owner& owner);
-    awaitable<bool> dispatch(const proto::Header& header, std::span<const std::byte> body,
-                             const Owner& owner);
+    // Records the latency of the request just handled (while its body is
+    // still valid), or restarts the clock when it was not measured.
+    void measured();
     // Receives the body of a large frame, `first` being what the input
     // buffer already holds, into a buffer that grows with the bytes that
     // arrive (never from the header's length alone), each step taken from
@@ -158,6 +159,7 @@ awaitable<void> NativeSession::run() {
                     co_return;
                 }
                 const bool keep = co_await handle(header, *body, body);
+                measured();
                 if (!keep) {
                     co_await m_connection.flush(m_out);
                     co_return;
@@ -167,6 +169,7 @@ awaitable<void> NativeSession::run() {
             }
             const auto& frame = std::get<proto::Frame>(result);
             const bool keep = co_await handle(frame.header, frame.body, nullptr);
+            measured();
             input.consume(frame.consumed);
             want = 0;
             if (!keep) {
@@ -245,22 +248,19 @@ void NativeSession::reply(const proto::Header& header, Status status,
     proto::encode_response(m_out.bytes(), header.op, header.id, status, body);
 }
 
-awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<const std::byte> body,
-                                      const Owner& owner) {
-    m_measured_ns = {};
-    m_measured_tier = LatencyTier::none;
-    m_measured_result = RequestResult::ok;
-    const bool keep = co_await dispatch(header, body, owner);
+void NativeSession::measured() {
     if (m_measured_ns.empty()) {
         m_latency.mark();
     } else {
         m_latency.finish(m_measured_ns, m_measured_op, m_measured_tier, m_measured_result);
     }
-    co_return keep;
 }
 
-awaitable<bool> NativeSession::dispatch(const proto::Header& header,
-                                        std::span<const std::byte> body, const Owner& owner) {
+awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<const std::byte> body,
+                                      const Owner& owner) {
+    m_measured_ns = {};
+    m_measured_tier = LatencyTier::none;
+    m_measured_result = RequestResult::ok;
     m_context.stats.daemon().requests++;
     if (!m_greeted && header.op != Op::hello) {
         co_return fail(header, {Status::handshake_required,
