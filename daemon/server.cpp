@@ -290,6 +290,7 @@ void Server::reload() {
              fresh.max_connections_per_process != old.max_connections_per_process,
          "daemon.max_connections/max_connections_per_process"},
         {fresh.resp_password != old.resp_password, "resp.password"},
+        {fresh.metrics_listen != old.metrics_listen, "metrics.listen"},
         // The Redis pool and its queue were built from these.
         {fresh.redis_host != old.redis_host || fresh.redis_port != old.redis_port ||
              fresh.redis_unix_socket != old.redis_unix_socket || fresh.redis_db != old.redis_db,
