@@ -183,6 +183,8 @@ public:
 
     // The STATS reply, a JSON object (schema: docs/operations.md).
     tl::expected<std::string, Error> stats_json();
+    // STATS with `flags` (proto::stats_flag: zero, prometheus): the reply body.
+    tl::expected<std::string, Error> stats(std::uint8_t flags);
 
     // One page of the entries of `ns` on disk. Start with an empty `cursor`,
     // then pass the previous page's next_cursor until it comes back empty.

@@ -220,8 +220,12 @@ tl::expected<bool, Error> Client::remove(std::string_view ns, std::string_view k
 }
 
 tl::expected<std::string, Error> Client::stats_json() {
+    return stats(0);
+}
+
+tl::expected<std::string, Error> Client::stats(std::uint8_t flags) {
     const auto id = begin_request();
-    proto::encode_stats(m_out, id);
+    proto::encode_stats(m_out, id, flags);
     auto reply = round_trip(proto::Op::stats, id, {}, k_max_stats_body);
     if (!reply) {
         return tl::unexpected(std::move(reply.error()));

@@ -79,6 +79,8 @@ struct Config {
     std::string resp_password; // empty: AUTH not required
     // [bundle]
     unsigned bundle_idle_timeout_s = 600;
+    // [metrics]
+    std::string metrics_listen; // HOST:PORT serving GET /metrics over HTTP; empty: off
 };
 
 struct Origin {

@@ -87,6 +87,7 @@ tl::expected<Value, std::string> convert(const Setting& setting, const toml::nod
     case Kind::log_level:
     case Kind::redis_url:
     case Kind::choice:
+    case Kind::listen_address:
         if (auto text = node.as_string()) {
             return check_value(setting, text->get(), describe(node));
         }

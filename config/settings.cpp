@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "config/listen_address.hpp"
 #include "config/redis_url.hpp"
 #include "config/values.hpp"
 
@@ -21,8 +22,8 @@ constexpr std::uint64_t k_max_db = std::numeric_limits<std::int32_t>::max();
 
 constexpr std::array<std::string_view, 2> k_write_modes = {"sync", "async"};
 
-constexpr std::array<std::string_view, 7> k_sections = {"daemon", "memory", "disk",  "caches",
-                                                        "remote", "resp",   "bundle"};
+constexpr std::array<std::string_view, 8> k_sections = {"daemon", "memory", "disk",   "caches",
+                                                        "remote", "resp",   "bundle", "metrics"};
 
 // clang-format off
 constexpr std::array k_settings = {
@@ -122,6 +123,9 @@ constexpr std::array k_settings = {
     // [bundle]
     Setting{.key = "bundle.idle_timeout_s", .kind = Kind::integer,
             .field = &Config::bundle_idle_timeout_s, .min = 1, .max = k_max_unsigned},
+    // [metrics]
+    Setting{.key = "metrics.listen", .kind = Kind::listen_address, .field = &Config::metrics_listen,
+            .env = "PT2CACHE_METRICS_LISTEN"},
 };
 // clang-format on
 
@@ -235,6 +239,7 @@ tl::expected<Value, std::string> parse_text(const Setting& setting, std::string_
     case Kind::log_level:
     case Kind::redis_url:
     case Kind::choice:
+    case Kind::listen_address:
         return check_value(setting, std::string(text), quote(text));
     }
     return tl::make_unexpected("unknown setting kind");
@@ -277,6 +282,15 @@ tl::expected<Value, std::string> check_value(const Setting& setting, Value value
     }
     case Kind::choice:
         return parse_choice(setting, std::get<std::string>(value));
+    case Kind::listen_address: {
+        const auto& text = std::get<std::string>(value);
+        if (!text.empty()) {
+            if (auto address = parse_listen_address(text); !address) {
+                return tl::make_unexpected(address.error());
+            }
+        }
+        return value;
+    }
     case Kind::string:
     case Kind::boolean:
         return value;

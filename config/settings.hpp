@@ -19,14 +19,15 @@
 namespace pt2cache::config {
 
 enum class Kind {
-    string,    // any string
-    nonempty,  // a non-empty string (paths, host names)
-    boolean,   // true/false in the file; true/false/1/0/yes/no/on/off as text
-    integer,   // an unsigned integer in [min, max]
-    size,      // an integer number of bytes or a string for parse_size, in [min, max]
-    log_level, // one of log_level_names()
-    redis_url, // empty, or a URL for parse_redis_url(); sets the other remote.* fields
-    choice,    // one of `Setting::choices`, any case; stored in lower case
+    string,         // any string
+    nonempty,       // a non-empty string (paths, host names)
+    boolean,        // true/false in the file; true/false/1/0/yes/no/on/off as text
+    integer,        // an unsigned integer in [min, max]
+    size,           // an integer number of bytes or a string for parse_size, in [min, max]
+    log_level,      // one of log_level_names()
+    redis_url,      // empty, or a URL for parse_redis_url(); sets the other remote.* fields
+    choice,         // one of `Setting::choices`, any case; stored in lower case
+    listen_address, // empty, or HOST:PORT for parse_listen_address()
 };
 
 // Settings are applied in this order within one layer, so that a URL wins

@@ -1,7 +1,7 @@
 // The one place that includes Boost.Asio. Boost 1.74's awaitable.hpp needs
 // <utility> first with GCC 12, and only this subset of the coroutine API
 // exists there: awaitable, co_spawn, detached, use_awaitable, redirect_error,
-// this_coro::executor, steady_timer.
+// this_coro::executor, steady_timer (and ip::tcp for the metrics endpoint).
 #pragma once
 
 #include <utility>
@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>

@@ -30,6 +30,12 @@ void CompileCounters::on_put(std::string_view ns, std::string_view key) {
     }
 }
 
+void CompileCounters::reset() {
+    for (auto* counter : {&m_lookups, &m_hits, &m_builds, &m_saved_ms}) {
+        counter->store(0, std::memory_order_relaxed);
+    }
+}
+
 nlohmann::json CompileCounters::to_json() const {
     const auto lookups = m_lookups.load(std::memory_order_relaxed);
     const auto hits = m_hits.load(std::memory_order_relaxed);

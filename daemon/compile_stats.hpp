@@ -25,6 +25,8 @@ public:
 
     // {"cxx": {"lookups", "hits", "misses", "builds", "saved_ms"}}
     nlohmann::json to_json() const;
+    // Zeroes every counter (STATS with ZERO).
+    void reset();
 
 private:
     std::atomic<std::uint64_t> m_lookups{0};

@@ -16,7 +16,9 @@ namespace pt2cache::daemon {
 
 using FetchResult = tl::expected<std::optional<store::Entry>, store::StoreError>;
 
-// `ns` and `key` must stay valid until the result is back.
-awaitable<FetchResult> fetch(Context& context, std::string_view ns, std::string_view key);
+// `ns` and `key` must stay valid until the result is back; a hit stores its
+// tier in `*hit_tier` when given.
+awaitable<FetchResult> fetch(Context& context, std::string_view ns, std::string_view key,
+                             store::LatencyTier* hit_tier = nullptr);
 
 } // namespace pt2cache::daemon

@@ -214,6 +214,11 @@ FileHashCounters FileHashCache::counters() const {
     return m_counters;
 }
 
+void FileHashCache::reset_counters() {
+    std::lock_guard lock(m_mutex);
+    m_counters = FileHashCounters{};
+}
+
 awaitable<tl::expected<std::vector<std::byte>, proto::Error>>
 serve_hash_files(Context& context, std::span<const std::byte> body) {
     auto paths = proto::parse_hash_files(body);

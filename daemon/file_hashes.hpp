@@ -68,6 +68,8 @@ public:
 
     std::size_t size() const;
     FileHashCounters counters() const;
+    // Zeroes the counters (STATS with ZERO); the cached hashes stay.
+    void reset_counters();
 
 private:
     struct Node {

@@ -7,7 +7,9 @@
 #include "daemon/connection.hpp"
 #include "daemon/fetch.hpp"
 #include "daemon/file_hashes.hpp"
+#include "daemon/latency_recorder.hpp"
 #include "daemon/log.hpp"
+#include "daemon/metrics_text.hpp"
 #include "daemon/offload.hpp"
 #include "daemon/stats_report.hpp"
 #include "proto/autotune.hpp"
@@ -20,6 +22,9 @@ namespace {
 
 using proto::Op;
 using proto::Status;
+using store::LatencyOp;
+using store::LatencyTier;
+using store::RequestResult;
 
 // Frames up to this size are parsed in the input buffer; larger ones (big
 // PUTs) are read straight into a buffer of their own that the store keeps.
@@ -53,7 +58,8 @@ class NativeSession {
 public:
     explicit NativeSession(Connection& connection)
         : m_connection(connection)
-        , m_context(connection.context()) {}
+        , m_context(connection.context())
+        , m_latency(m_context.stats) {}
 
     awaitable<void> run();
 
@@ -63,6 +69,9 @@ private:
     // Handles one request; false when the connection must close afterwards.
     awaitable<bool> handle(const proto::Header& header, std::span<const std::byte> body,
                            const Owner& owner);
+    // Records the latency of the request just handled (while its body is
+    // still valid), or restarts the clock when it was not measured.
+    void measured();
     // Receives the body of a large frame, `first` being what the input
     // buffer already holds, into a buffer that grows with the bytes that
     // arrive (never from the header's length alone), each step taken from
@@ -82,6 +91,13 @@ private:
     awaitable<bool> handle_bundle_end(const proto::Header& header, std::span<const std::byte> body);
     bool handle_hello(const proto::Header& header, std::span<const std::byte> body);
 
+    // Measures the request being handled as `op` on `ns` (which must stay
+    // valid until the request is answered); `tier` is where a GET hit.
+    void measure(std::string_view ns, LatencyOp op) {
+        m_measured_ns = ns;
+        m_measured_op = op;
+    }
+
     // Answers with an error; returns whether the connection stays open.
     bool fail(const proto::Header& header, const proto::Error& error);
     void reply(const proto::Header& header, Status status, std::span<const std::byte> body = {});
@@ -94,6 +110,12 @@ private:
     Context& m_context;
     OutputBatch m_out;
     bool m_greeted = false;
+    LatencyRecorder m_latency;
+    // The request being handled, when measured (docs/operations.md, "Latency").
+    std::string_view m_measured_ns;
+    LatencyOp m_measured_op = LatencyOp::get;
+    LatencyTier m_measured_tier = LatencyTier::none;
+    RequestResult m_measured_result = RequestResult::ok;
 };
 
 awaitable<void> NativeSession::run() {
@@ -137,6 +159,7 @@ awaitable<void> NativeSession::run() {
                     co_return;
                 }
                 const bool keep = co_await handle(header, *body, body);
+                measured();
                 if (!keep) {
                     co_await m_connection.flush(m_out);
                     co_return;
@@ -146,6 +169,7 @@ awaitable<void> NativeSession::run() {
             }
             const auto& frame = std::get<proto::Frame>(result);
             const bool keep = co_await handle(frame.header, frame.body, nullptr);
+            measured();
             input.consume(frame.consumed);
             want = 0;
             if (!keep) {
@@ -156,6 +180,7 @@ awaitable<void> NativeSession::run() {
         if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
         }
+        m_latency.mark();
     }
 }
 
@@ -205,6 +230,7 @@ NativeSession::receive_body(const proto::Header& header, std::span<const std::by
 
 bool NativeSession::fail(const proto::Header& header, const proto::Error& error) {
     const bool closes = proto::closes_connection(error.status);
+    m_measured_result = RequestResult::error;
     if (closes) {
         m_context.stats.daemon().protocol_errors++;
         logger("session").warn("[{}] {} (status {}), closing", m_connection.id(), error.message,
@@ -216,11 +242,25 @@ bool NativeSession::fail(const proto::Header& header, const proto::Error& error)
 
 void NativeSession::reply(const proto::Header& header, Status status,
                           std::span<const std::byte> body) {
+    if (status == Status::miss || status == Status::not_stored) {
+        m_measured_result = RequestResult::miss;
+    }
     proto::encode_response(m_out.bytes(), header.op, header.id, status, body);
+}
+
+void NativeSession::measured() {
+    if (m_measured_ns.empty()) {
+        m_latency.mark();
+    } else {
+        m_latency.finish(m_measured_ns, m_measured_op, m_measured_tier, m_measured_result);
+    }
 }
 
 awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<const std::byte> body,
                                       const Owner& owner) {
+    m_measured_ns = {};
+    m_measured_tier = LatencyTier::none;
+    m_measured_result = RequestResult::ok;
     m_context.stats.daemon().requests++;
     if (!m_greeted && header.op != Op::hello) {
         co_return fail(header, {Status::handshake_required,
@@ -244,8 +284,13 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
         if (!body.empty()) {
             co_return fail(header, {Status::malformed, "STATS takes an empty body"});
         }
-        const auto json = stats_report(m_context).dump();
-        reply(header, Status::ok, proto::as_bytes(json));
+        const auto text = (header.flags & proto::stats_flag::prometheus) != 0
+                              ? prometheus_text(m_context)
+                              : stats_report(m_context).dump();
+        if ((header.flags & proto::stats_flag::zero) != 0) {
+            zero_stats(m_context);
+        }
+        reply(header, Status::ok, proto::as_bytes(text));
         co_return true;
     }
     case Op::list:
@@ -304,7 +349,8 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
         co_return fail(header, unknown_token(*token));
     }
     const auto [ns, key] = request->target;
-    auto found = co_await fetch(m_context, ns, key);
+    measure(ns, LatencyOp::get);
+    auto found = co_await fetch(m_context, ns, key, &m_measured_tier);
     if (!found) {
         co_return fail(header, {Status::storage_error, found.error().message});
     }
@@ -355,6 +401,7 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     const auto mode =
         request->only_if_absent ? store::PutMode::only_if_absent : store::PutMode::overwrite;
     const auto [ns, key] = request->target;
+    measure(ns, LatencyOp::put);
     auto outcome = co_await offload(pool(), [&] {
         auto result = store().put(ns, key, entry, mode);
         if (token && result && *result == store::PutOutcome::stored) {
@@ -380,6 +427,7 @@ awaitable<bool> NativeSession::handle_key_op(const proto::Header& header,
     }
     const auto [ns, key] = *target;
     const bool del = header.op == Op::del;
+    measure(ns, del ? LatencyOp::del : LatencyOp::exists);
     auto found = co_await offload(
         pool(), [&] { return del ? store().remove(ns, key) : store().exists(ns, key); });
     if (!found) {
@@ -395,6 +443,7 @@ awaitable<bool> NativeSession::handle_list(const proto::Header& header,
     if (!request) {
         co_return fail(header, request.error());
     }
+    measure(request->ns, LatencyOp::list);
     auto page = co_await offload(
         pool(), [&] { return store().list(request->ns, request->cursor, request->limit); });
     if (!page) {
@@ -417,6 +466,7 @@ awaitable<bool> NativeSession::handle_clear(const proto::Header& header,
     if (!ns) {
         co_return fail(header, ns.error());
     }
+    measure(*ns, LatencyOp::clear);
     auto removed = co_await offload(pool(), [&] { return store().clear(*ns); });
     if (!removed) {
         co_return fail(header, {Status::storage_error, removed.error().message});
@@ -431,6 +481,7 @@ awaitable<bool> NativeSession::handle_bundle_begin(const proto::Header& header,
     if (!request) {
         co_return fail(header, request.error());
     }
+    measure(proto::autotune::k_bundle_namespace, LatencyOp::bundle_begin);
     auto key = proto::autotune::bundle_key(request->code_hash, request->backend_hash);
     const auto restore = co_await offload(pool(), [&] {
         return restore_bundle(store(), key, &pool(), m_context.config.blocking_threads - 1);
@@ -440,6 +491,9 @@ awaitable<bool> NativeSession::handle_bundle_begin(const proto::Header& header,
     response.hit = restore.hit;
     response.entries = restore.entries;
     response.time_saved_ms = restore.time_saved_ms;
+    if (!restore.hit) {
+        m_measured_result = RequestResult::miss;
+    }
     logger("session").debug("[{}] BUNDLE_BEGIN {}: {} entries restored", m_connection.id(),
                             restore.hit ? "hit" : "miss", restore.entries);
     proto::encode_bundle_begin_response(m_out.bytes(), header.id, response);
@@ -452,6 +506,7 @@ awaitable<bool> NativeSession::handle_bundle_end(const proto::Header& header,
     if (!token) {
         co_return fail(header, token.error());
     }
+    measure(proto::autotune::k_bundle_namespace, LatencyOp::bundle_end);
     auto bundle = bundles().close(*token);
     if (!bundle) {
         co_return fail(header, unknown_token(*token));

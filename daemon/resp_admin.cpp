@@ -232,6 +232,19 @@ RespSession::Next RespSession::info(Args args) {
     if (section("pt2cache")) {
         text += "# Pt2cache\r\n" + tiers + "\r\n";
     }
+    if (section("latencystats")) {
+        // Redis 7's line format, one line per operation, tier and namespace.
+        text += "# Latencystats\r\n";
+        for (const auto& row : report["latency"]) {
+            text += fmt::format(
+                "latency_percentiles_usec_{}_{}_{}:p50={:.3f},p99={:.3f},p99.9={:.3f},count={}\r\n",
+                row["op"].get<std::string>(), row["tier"].get<std::string>(),
+                row["ns"].get<std::string>(), row["p50_us"].get<double>(),
+                row["p99_us"].get<double>(), row["p999_us"].get<double>(),
+                row["count"].get<std::uint64_t>());
+        }
+        text += "\r\n";
+    }
     Writer(m_out.bytes(), m_version).verbatim(text);
     return Next::keep;
 }

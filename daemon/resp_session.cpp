@@ -58,7 +58,8 @@ awaitable<void> serve_resp(Connection& connection) {
 
 RespSession::RespSession(Connection& connection)
     : m_connection(connection)
-    , m_context(connection.context()) {}
+    , m_context(connection.context())
+    , m_latency(m_context.stats) {}
 
 awaitable<void> RespSession::run() {
     auto& input = m_connection.input();
@@ -306,18 +307,23 @@ awaitable<RespSession::Next> RespSession::get(Args args) {
         reply.null(); // nothing that long can have been stored
         co_return Next::keep;
     }
-    auto found = co_await fetch(m_context, mapped->ns, mapped->key);
+    m_latency.mark();
+    auto tier = store::LatencyTier::none;
+    auto found = co_await fetch(m_context, mapped->ns, mapped->key, &tier);
     if (!found) {
+        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::error);
         co_return refuse("GET", found.error().message);
     }
     auto& entry = *found;
     if (!entry) {
         reply.null();
+        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::miss);
         co_return Next::keep;
     }
     reply.bulk_header(entry->value.size());
     m_out.append_blob(std::move(entry->value));
     reply.crlf();
+    m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::ok);
     co_return Next::keep;
 }
 
@@ -363,6 +369,7 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
         co_return refuse("SET", "value over max_value");
     }
 
+    m_latency.mark();
     store::Entry entry;
     entry.value = store::Blob::copy_of(args[2]);
     entry.created_ms = store::now_ms();
@@ -383,13 +390,18 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
                          nx ? store::PutMode::only_if_absent : store::PutMode::overwrite);
     });
     if (!outcome) {
+        m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                         store::RequestResult::error);
         co_return refuse("SET", outcome.error().message);
     }
-    if (*outcome == store::PutOutcome::stored) {
+    const bool stored = *outcome == store::PutOutcome::stored;
+    if (stored) {
         reply.simple("OK");
     } else {
         reply.null();
     }
+    m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                     stored ? store::RequestResult::ok : store::RequestResult::miss);
     co_return Next::keep;
 }
 

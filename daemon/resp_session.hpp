@@ -17,6 +17,7 @@
 
 #include "daemon/asio.hpp"
 #include "daemon/io_buffers.hpp"
+#include "daemon/latency_recorder.hpp"
 
 namespace pt2cache::daemon {
 
@@ -68,6 +69,7 @@ private:
     Connection& m_connection;
     Context& m_context;
     OutputBatch m_out;
+    LatencyRecorder m_latency;
     int m_version = 2;
     bool m_authenticated = false;
     std::string m_name;

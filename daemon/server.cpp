@@ -9,6 +9,7 @@
 
 #include "daemon/connection.hpp"
 #include "daemon/log.hpp"
+#include "daemon/metrics_http.hpp"
 #include "daemon/socket_setup.hpp"
 #include "daemon/store_factory.hpp"
 #include "daemon/watchdog.hpp"
@@ -114,7 +115,8 @@ private:
     asio::steady_timer m_drain_timer;
     Watchdog m_watchdog;
     std::unique_ptr<InstanceLock> m_lock;
-    fs::path m_bound_path; // unlinked at exit when we created it
+    std::unique_ptr<MetricsHttpServer> m_metrics; // metrics.listen, when set
+    fs::path m_bound_path;                        // unlinked at exit when we created it
     std::uint64_t m_next_id = 0;
     std::chrono::steady_clock::time_point m_last_refusal_log{};
 };
@@ -142,6 +144,15 @@ int Server::run() {
     set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
 
+    // Before the cache socket: a bad metrics.listen leaves nothing behind.
+    if (!config.metrics_listen.empty()) {
+        auto address = config::parse_listen_address(config.metrics_listen);
+        if (!address) {
+            throw Fatal(fmt::format("metrics.listen: {}", address.error()), 2);
+        }
+        m_metrics = std::make_unique<MetricsHttpServer>(m_context, *address);
+        m_metrics->start();
+    }
     listen();
     asio::co_spawn(m_io, accept_loop(), asio::detached);
     wait_for_signal();
@@ -166,6 +177,7 @@ int Server::run() {
     for (auto& thread : threads) {
         thread.join();
     }
+    m_metrics.reset();
     m_blocking.join();
     if (!m_bound_path.empty()) {
         ::unlink(m_bound_path.c_str());
@@ -284,6 +296,7 @@ void Server::reload() {
              fresh.max_connections_per_process != old.max_connections_per_process,
          "daemon.max_connections/max_connections_per_process"},
         {fresh.resp_password != old.resp_password, "resp.password"},
+        {fresh.metrics_listen != old.metrics_listen, "metrics.listen"},
         // The Redis pool and its queue were built from these.
         {fresh.redis_host != old.redis_host || fresh.redis_port != old.redis_port ||
              fresh.redis_unix_socket != old.redis_unix_socket || fresh.redis_db != old.redis_db,
@@ -334,6 +347,9 @@ void Server::stop(std::string_view why) {
     boost::system::error_code ignored;
     m_acceptor.close(ignored);
     m_signals.cancel(ignored);
+    if (m_metrics) {
+        m_metrics->stop();
+    }
     m_idle_timer.cancel();
     m_bundle_timer.cancel();
     m_watchdog.stop();

@@ -39,4 +39,10 @@ nlohmann::json stats_report(Context& context) {
     return report;
 }
 
+void zero_stats(Context& context) {
+    context.stats.reset();
+    context.compile.reset();
+    context.file_hashes.reset_counters();
+}
+
 } // namespace pt2cache::daemon

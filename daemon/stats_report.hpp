@@ -9,4 +9,8 @@ struct Context;
 
 nlohmann::json stats_report(Context& context);
 
+// Zeroes the daemon's counters and latency histograms (STATS with ZERO):
+// the store's, pt2cache-cxx's and HASH_FILES' counters. Gauges stay.
+void zero_stats(Context& context);
+
 } // namespace pt2cache::daemon

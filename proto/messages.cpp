@@ -243,8 +243,8 @@ void encode_put_head(std::vector<std::byte>& out, std::uint32_t id, const PutReq
     finish_frame(out, at, request.value.size());
 }
 
-void encode_stats(std::vector<std::byte>& out, std::uint32_t id) {
-    encode_header(Header{Op::stats, 0, id, 0}, out);
+void encode_stats(std::vector<std::byte>& out, std::uint32_t id, std::uint8_t flags) {
+    encode_header(Header{Op::stats, flags, id, 0}, out);
 }
 
 void encode_list(std::vector<std::byte>& out, std::uint32_t id, const ListRequest& request) {

@@ -100,7 +100,12 @@ void encode_get(std::vector<std::byte>& out, std::uint32_t id, const GetRequest&
 // Appends the header and the fields before the value; the caller sends the
 // value bytes right after (gathered writes avoid copying large values).
 void encode_put_head(std::vector<std::byte>& out, std::uint32_t id, const PutRequest& request);
-void encode_stats(std::vector<std::byte>& out, std::uint32_t id);
+namespace stats_flag {
+inline constexpr std::uint8_t zero = 1u << 0;       // reset counters after the snapshot
+inline constexpr std::uint8_t prometheus = 1u << 1; // Prometheus text instead of JSON
+} // namespace stats_flag
+
+void encode_stats(std::vector<std::byte>& out, std::uint32_t id, std::uint8_t flags = 0);
 void encode_list(std::vector<std::byte>& out, std::uint32_t id, const ListRequest& request);
 void encode_clear(std::vector<std::byte>& out, std::uint32_t id, std::string_view ns);
 void encode_bundle_begin(std::vector<std::byte>& out, std::uint32_t id,

@@ -173,7 +173,8 @@ int run_stats(const Globals& globals, bool json) {
         return exit_status::ok;
     }
     try {
-        fmt::print("{}", render_stats(nlohmann::json::parse(*stats)));
+        const auto parsed = nlohmann::json::parse(*stats);
+        fmt::print("{}{}", render_stats(parsed), render_latency(parsed));
     } catch (const nlohmann::json::exception& e) {
         complain(fmt::format("unexpected STATS reply ({}); try --json", e.what()));
         return exit_status::server;

@@ -45,6 +45,11 @@ int run_ls(const Globals& globals, const std::string& ns, bool long_format, std:
 int run_clear(const Globals& globals, const std::string& ns, bool yes);
 int run_config(const Globals& globals);
 
+// metrics_commands.cpp: `pt2cache metrics`, and `stats --zero` (with `json`,
+// prints the counts from just before the reset).
+int run_metrics(const Globals& globals);
+int run_stats_zero(const Globals& globals, bool json);
+
 // cxx_commands.cpp: `args` is a compiler command line (optionally starting
 // with the compiler's name).
 int run_cxx_explain(const Globals& globals, const std::vector<std::string>& args);

@@ -276,4 +276,50 @@ std::string render_stats(const nlohmann::json& stats) {
     return out;
 }
 
+std::string render_latency(const nlohmann::json& stats) {
+    const auto latency = stats.find("latency");
+    if (latency == stats.end() || !latency->is_array() || latency->empty()) {
+        return {};
+    }
+    constexpr std::array<std::string_view, 7> k_titles = {"NAMESPACE", "OP",     "TIER",    "COUNT",
+                                                          "P50 µs",    "P99 µs", "P99.9 µs"};
+    std::vector<std::array<std::string, k_titles.size()>> rows;
+    for (const auto& row : *latency) {
+        rows.push_back({row.at("ns").get<std::string>(), row.at("op").get<std::string>(),
+                        row.at("tier").get<std::string>(),
+                        fmt::format("{}", row.at("count").get<std::uint64_t>()),
+                        fmt::format("{:.1f}", row.at("p50_us").get<double>()),
+                        fmt::format("{:.1f}", row.at("p99_us").get<double>()),
+                        fmt::format("{:.1f}", row.at("p999_us").get<double>())});
+    }
+    std::array<std::size_t, k_titles.size()> width{};
+    for (std::size_t i = 0; i < k_titles.size(); ++i) {
+        // "µ" is two bytes and one column.
+        width[i] = k_titles[i].size() - (i >= 4 ? 1 : 0);
+        for (const auto& row : rows) {
+            width[i] = std::max(width[i], row[i].size());
+        }
+    }
+    const auto line = [&](auto cell) {
+        std::string text;
+        for (std::size_t i = 0; i < width.size(); ++i) {
+            const std::string_view value = cell(i);
+            const std::size_t columns = value.size() - (value.find("µ") != std::string_view::npos);
+            const std::string pad(width[i] - std::min(width[i], columns), ' ');
+            text += i == 0 ? "" : "  ";
+            text += i < 3 ? std::string(value) + pad : pad + std::string(value);
+        }
+        while (!text.empty() && text.back() == ' ') {
+            text.pop_back();
+        }
+        return text + "\n";
+    };
+    std::string out = "\nlatency (from the request's start to its reply being queued)\n";
+    out += line([&](std::size_t i) { return k_titles[i]; });
+    for (const auto& row : rows) {
+        out += line([&row](std::size_t i) -> std::string_view { return row[i]; });
+    }
+    return out;
+}
+
 } // namespace pt2cache::client::cli

@@ -30,4 +30,8 @@ std::string printable(std::string_view key);
 // nlohmann::json::exception when `stats` does not have the documented shape.
 std::string render_stats(const nlohmann::json& stats);
 
+// The STATS reply's "latency" rows as a table (namespace, op, tier, count,
+// p50/p99/p99.9 in µs); empty when there are none.
+std::string render_latency(const nlohmann::json& stats);
+
 } // namespace pt2cache::client::cli

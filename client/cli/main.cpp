@@ -82,6 +82,14 @@ int run(int argc, char** argv) {
     bool json = false;
     auto* stats = app.add_subcommand("stats", "Show the daemon's counters per namespace and tier");
     stats->add_flag("--json", json, "Print the raw JSON reply");
+    bool zero = false;
+    stats->add_flag("-z,--zero", zero,
+                    "Reset the daemon's counters and latency histograms (with --json: print "
+                    "the counts from just before the reset)");
+
+    auto* metrics = app.add_subcommand(
+        "metrics", "Print the daemon's metrics in the Prometheus text format (for "
+                   "node_exporter's textfile collector)");
 
     KeyArgs get_args;
     std::string output;
@@ -168,7 +176,10 @@ int run(int argc, char** argv) {
         return run_top(globals, top_args);
     }
     if (*stats) {
-        return run_stats(globals, json);
+        return zero ? run_stats_zero(globals, json) : run_stats(globals, json);
+    }
+    if (*metrics) {
+        return run_metrics(globals);
     }
     if (*get) {
         return run_get(globals, get_args, output);

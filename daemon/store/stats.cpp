@@ -94,8 +94,48 @@ std::string_view tier_name(TierId tier) {
     return "unknown";
 }
 
+std::string_view latency_op_name(LatencyOp op) {
+    switch (op) {
+    case LatencyOp::get:
+        return "get";
+    case LatencyOp::put:
+        return "put";
+    case LatencyOp::exists:
+        return "exists";
+    case LatencyOp::del:
+        return "delete";
+    case LatencyOp::list:
+        return "list";
+    case LatencyOp::clear:
+        return "clear";
+    case LatencyOp::bundle_begin:
+        return "bundle_begin";
+    case LatencyOp::bundle_end:
+        return "bundle_end";
+    }
+    return "unknown";
+}
+
+std::string_view latency_tier_name(LatencyTier tier) {
+    return tier == LatencyTier::none ? std::string_view("none")
+                                     : tier_name(static_cast<TierId>(tier));
+}
+
+std::string_view request_result_name(RequestResult result) {
+    switch (result) {
+    case RequestResult::ok:
+        return "ok";
+    case RequestResult::miss:
+        return "miss";
+    case RequestResult::error:
+        return "error";
+    }
+    return "unknown";
+}
+
 Stats::Stats()
-    : m_started_ns(steady_ns()) {}
+    : m_started_ns(steady_ns())
+    , m_reset_ns(m_started_ns) {}
 
 NamespaceCounters& Stats::ns(std::string_view ns) {
     {
@@ -117,6 +157,97 @@ double Stats::uptime_seconds() const {
     return static_cast<double>(steady_ns() - m_started_ns) / 1e9;
 }
 
+double Stats::since_reset_seconds() const {
+    return static_cast<double>(steady_ns() - m_reset_ns.load(std::memory_order_relaxed)) / 1e9;
+}
+
+std::vector<LatencySeries> Stats::latency() const {
+    std::vector<LatencySeries> series;
+    std::shared_lock lock(m_mutex);
+    for (const auto& [name, counters] : m_namespaces) {
+        for (int op = 0; op < k_latency_op_count; ++op) {
+            for (int tier = 0; tier <= static_cast<int>(LatencyTier::none); ++tier) {
+                const auto latency_op = static_cast<LatencyOp>(op);
+                const auto latency_tier = static_cast<LatencyTier>(tier);
+                if (latency_op != LatencyOp::get && latency_tier != LatencyTier::none) {
+                    continue;
+                }
+                const auto& histogram = counters->latency[latency_series(latency_op, latency_tier)];
+                if (!histogram.empty()) {
+                    series.push_back({latency_op, latency_tier, name, histogram.snapshot()});
+                }
+            }
+        }
+    }
+    return series;
+}
+
+std::vector<RequestCount> Stats::request_counts() const {
+    std::vector<RequestCount> counts;
+    std::shared_lock lock(m_mutex);
+    for (const auto& [name, counters] : m_namespaces) {
+        for (int op = 0; op < k_latency_op_count; ++op) {
+            for (int result = 0; result < k_request_result_count; ++result) {
+                const auto count = counters->requests[op][result].load(std::memory_order_relaxed);
+                if (count != 0) {
+                    counts.push_back({static_cast<LatencyOp>(op),
+                                      static_cast<RequestResult>(result), name, count});
+                }
+            }
+        }
+    }
+    return counts;
+}
+
+void Stats::reset() {
+    const auto zero = [](std::atomic<std::uint64_t>& value) {
+        value.store(0, std::memory_order_relaxed);
+    };
+    {
+        std::shared_lock lock(m_mutex);
+        for (const auto& [name, counters] : m_namespaces) {
+            for (auto& tier : counters->tiers) {
+                for (auto* counter :
+                     {&tier.hits, &tier.misses, &tier.puts, &tier.bytes_in, &tier.bytes_out,
+                      &tier.evictions, &tier.corrupt, &tier.errors}) {
+                    zero(*counter);
+                }
+            }
+            for (auto& histogram : counters->latency) {
+                histogram.reset();
+            }
+            for (auto& per_op : counters->requests) {
+                for (auto& count : per_op) {
+                    zero(count);
+                }
+            }
+        }
+    }
+    for (auto* counter : {&m_daemon.connections_accepted,
+                          &m_daemon.peers_refused,
+                          &m_daemon.protocol_errors,
+                          &m_daemon.requests,
+                          &m_daemon.connections_over_limit,
+                          &m_daemon.inflight_refused,
+                          &m_remote.hits,
+                          &m_remote.misses,
+                          &m_remote.errors,
+                          &m_remote.timeouts,
+                          &m_remote.suspensions,
+                          &m_remote.skipped,
+                          &m_remote.coalesced,
+                          &m_remote.backfills,
+                          &m_remote.queued,
+                          &m_remote.written,
+                          &m_remote.queue_drops,
+                          &m_remote.shutdown_drops,
+                          &m_remote.oversize_skips,
+                          &m_remote.protocol_errors}) {
+        zero(*counter);
+    }
+    m_reset_ns.store(steady_ns(), std::memory_order_relaxed);
+}
+
 nlohmann::json Stats::to_json() const {
     const auto load = [](const std::atomic<std::uint64_t>& value) {
         return value.load(std::memory_order_relaxed);
@@ -133,8 +264,32 @@ nlohmann::json Stats::to_json() const {
             namespaces[name] = std::move(tiers);
         }
     }
+    nlohmann::json latency_rows = nlohmann::json::array();
+    for (const auto& series : latency()) {
+        const auto& snapshot = series.snapshot;
+        latency_rows.push_back({
+            {"op", latency_op_name(series.op)},
+            {"tier", latency_tier_name(series.tier)},
+            {"ns", series.ns},
+            {"count", snapshot.count()},
+            {"sum_us", static_cast<double>(snapshot.sum_ns) / 1e3},
+            {"p50_us", snapshot.quantile_ns(0.5) / 1e3},
+            {"p99_us", snapshot.quantile_ns(0.99) / 1e3},
+            {"p999_us", snapshot.quantile_ns(0.999) / 1e3},
+        });
+    }
+    nlohmann::json request_rows = nlohmann::json::array();
+    for (const auto& count : request_counts()) {
+        request_rows.push_back({{"op", latency_op_name(count.op)},
+                                {"ns", count.ns},
+                                {"result", request_result_name(count.result)},
+                                {"count", count.count}});
+    }
     return {
         {"uptime_s", uptime_seconds()},
+        {"requests", std::move(request_rows)},
+        {"since_reset_s", since_reset_seconds()},
+        {"latency", std::move(latency_rows)},
         {"daemon",
          {
              {"connections_accepted", load(m_daemon.connections_accepted)},

@@ -9,6 +9,9 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "daemon/store/latency.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -29,9 +32,60 @@ struct TierCounters {
     std::atomic<std::uint64_t> errors{0};
 };
 
+// The operations whose latency is measured (docs/operations.md, "Latency").
+enum class LatencyOp { get = 0, put, exists, del, list, clear, bundle_begin, bundle_end };
+inline constexpr int k_latency_op_count = 8;
+std::string_view latency_op_name(LatencyOp op); // "get", "put", "exists", "delete", ...
+
+// Where a request's answer came from: the tier a GET hit in, or `none` (a GET
+// miss, and every other operation).
+enum class LatencyTier { memory = 0, disk = 1, remote = 2, none = 3 };
+std::string_view latency_tier_name(LatencyTier tier);
+inline LatencyTier latency_tier(TierId tier) {
+    return static_cast<LatencyTier>(tier);
+}
+
+// Histograms are kept for GET x {memory, disk, remote, none} and for each
+// other operation x none.
+inline constexpr int k_latency_series = 4 + (k_latency_op_count - 1);
+inline constexpr int latency_series(LatencyOp op, LatencyTier tier) {
+    return op == LatencyOp::get ? static_cast<int>(tier) : 3 + static_cast<int>(op);
+}
+
+// How a measured request ended: `ok` (a GET or BUNDLE_BEGIN hit, a PUT
+// stored, an EXISTS or DEL that found the entry, a LIST or CLEAR served),
+// `miss` (a miss, or NOT_STORED), `error` (any error reply).
+enum class RequestResult { ok = 0, miss = 1, error = 2 };
+inline constexpr int k_request_result_count = 3;
+std::string_view request_result_name(RequestResult result);
+
 struct NamespaceCounters {
     TierCounters tiers[k_tier_count];
+    latency::Histogram latency[k_latency_series];
+    std::atomic<std::uint64_t> requests[k_latency_op_count][k_request_result_count]{};
     TierCounters& tier(TierId id) { return tiers[static_cast<int>(id)]; }
+    // One request: its result and its latency in ns.
+    void record(LatencyOp op, LatencyTier tier, RequestResult result, std::uint64_t ns) {
+        requests[static_cast<int>(op)][static_cast<int>(result)].fetch_add(
+            1, std::memory_order_relaxed);
+        latency[latency_series(op, tier)].record(ns);
+    }
+};
+
+// Requests of one namespace, op and result, for reports.
+struct RequestCount {
+    LatencyOp op;
+    RequestResult result;
+    std::string ns;
+    std::uint64_t count;
+};
+
+// One non-empty latency series, for reports.
+struct LatencySeries {
+    LatencyOp op;
+    LatencyTier tier;
+    std::string ns;
+    latency::Snapshot snapshot;
 };
 
 struct DaemonCounters {
@@ -97,9 +151,23 @@ public:
 
     // Seconds since construction.
     double uptime_seconds() const;
+    // Seconds since construction or the last `reset`.
+    double since_reset_seconds() const;
 
-    // The STATS reply: {"uptime_s":…, "daemon":{…}, "namespaces":{ns:{tier:{…}}},
-    // "remote":{"state":…, counters…}}.
+    // Every non-empty latency histogram, by namespace, op and tier.
+    std::vector<LatencySeries> latency() const;
+    // Every non-zero request count, by namespace, op and result.
+    std::vector<RequestCount> request_counts() const;
+
+    // Zeroes every counter and histogram (STATS with the ZERO flag). Gauges
+    // (active connections, the remote queue's size, the remote state) keep
+    // their values. Observations racing with the reset may survive it.
+    void reset();
+
+    // The STATS reply: {"uptime_s":…, "since_reset_s":…, "daemon":{…},
+    // "namespaces":{ns:{tier:{…}}}, "remote":{"state":…, counters…},
+    // "latency":[{"op","tier","ns","count","sum_us","p50_us","p99_us","p999_us"}…],
+    // "requests":[{"op","ns","result","count"}…]}.
     nlohmann::json to_json() const;
 
 private:
@@ -108,6 +176,7 @@ private:
     DaemonCounters m_daemon;
     RemoteCounters m_remote;
     std::int64_t m_started_ns;
+    std::atomic<std::int64_t> m_reset_ns;
 };
 
 } // namespace pt2cache::daemon::store

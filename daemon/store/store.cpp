@@ -123,7 +123,8 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
     return std::move(*outcome.result);
 }
 
-std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::string_view key) {
+std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::string_view key,
+                                                     LatencyTier* hit_tier) {
     const auto policy = m_policy.load();
     if (policy->force_disable || !is_local(*policy, ns)) {
         return std::nullopt;
@@ -133,6 +134,9 @@ std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::s
             TierCounters& counters = m_stats.tier(ns, TierId::memory);
             add(counters.hits);
             add(counters.bytes_out, entry->value.size());
+            if (hit_tier != nullptr) {
+                *hit_tier = LatencyTier::memory;
+            }
             return std::optional<Entry>(std::move(entry));
         }
     }
@@ -152,8 +156,8 @@ std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::s
     return std::optional<Entry>();
 }
 
-tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,
-                                                          std::string_view key) {
+tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, std::string_view key,
+                                                          LatencyTier* hit_tier) {
     const auto policy = m_policy.load();
     const bool local = is_local(*policy, ns);
     const bool remote = remote_serves(*policy, ns);
@@ -168,6 +172,9 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns,
     const auto hit = [&](TierId tier, const Entry& entry) {
         add(counters.tier(tier).hits);
         add(counters.tier(tier).bytes_out, entry.value.size());
+        if (hit_tier != nullptr) {
+            *hit_tier = latency_tier(tier);
+        }
     };
 
     if (local && m_memory_on != nullptr) {

@@ -71,12 +71,16 @@ public:
     // disk tier's index is complete and has no such entry, and no remote
     // tier serves `ns`). Counted as `get` counts. nullopt: call `get` (on a
     // worker thread). Meant for the I/O threads.
-    std::optional<std::optional<Entry>> get_quick(std::string_view ns, std::string_view key);
+    // A hit stores its tier in `*hit_tier` when given.
+    std::optional<std::optional<Entry>> get_quick(std::string_view ns, std::string_view key,
+                                                  LatencyTier* hit_tier = nullptr);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
     // as a miss there; an error is returned only when every tier consulted failed.
-    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns, std::string_view key);
+    // A hit stores its tier in `*hit_tier` when given.
+    tl::expected<std::optional<Entry>, StoreError> get(std::string_view ns, std::string_view key,
+                                                       LatencyTier* hit_tier = nullptr);
 
     // Writes memory and disk (synchronously), then remote (unless read-only;
     // the Redis tier only queues the write). `only_if_absent`

@@ -35,10 +35,10 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
     const Row rows[] = {
         {"[cache]\nmax_size = 1\n",
          "cache: unknown section; the sections are daemon, memory, disk, caches, remote, resp, "
-         "bundle"},
+         "bundle, metrics"},
         {"max_size = 1\n",
          "max_size: unknown section; the sections are daemon, memory, disk, caches, remote, "
-         "resp, bundle"},
+         "resp, bundle, metrics"},
         {"disk = 5\n", "disk: expected a table [disk], got 5"},
         {"[disk]\nmaxsize = 1\n",
          "disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
@@ -186,10 +186,10 @@ TEST_CASE("flag errors name the key", "[config][errors][flags]") {
          "command line: disk.write_mode: expected one of sync, async; got \"fast\""},
         {"nosection", "1",
          "command line: nosection: unknown setting; expected section.key with a section among "
-         "daemon, memory, disk, caches, remote, resp, bundle"},
+         "daemon, memory, disk, caches, remote, resp, bundle, metrics"},
         {"cache.max_size", "1",
          "command line: cache.max_size: unknown setting; expected section.key with a section "
-         "among daemon, memory, disk, caches, remote, resp, bundle"},
+         "among daemon, memory, disk, caches, remote, resp, bundle, metrics"},
         {"daemon.io_threads", "100",
          "command line: daemon.io_threads: expected an integer from 1 to 64, got \"100\""},
         {"remote.read_only", "maybe",

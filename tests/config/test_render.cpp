@@ -93,6 +93,8 @@ remote.signing_key_file = ""  # default
 resp.password = ""  # default
 
 bundle.idle_timeout_s = 600  # default
+
+metrics.listen = ""  # default
 )");
 }
 
@@ -166,5 +168,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 47);
+    CHECK(values_of(rendered).size() == 48);
 }

@@ -87,12 +87,15 @@ def test_ping_without_wait_fails_at_once(tmp_root):
 # ---- the disk write queue in STATS ----
 
 def test_stats_show_the_disk_write_queue_only_in_async_mode(make_daemon):
-    sync = make_daemon(sub="sync")
+    sync = make_daemon("--set", "disk.write_mode=sync", sub="sync")
     assert "write_queue" not in sync.stats()["tiers"]["disk"]
+    assert "write queue" not in sync.cli("stats", check=True).stdout.decode()
     d = make_daemon(*ASYNC, sub="async")
     queue = d.stats()["tiers"]["disk"]["write_queue"]
     assert queue["entries"] == 0 and queue["bytes"] == 0 and queue["oldest_age_s"] == 0
     assert queue["capacity"] > 0
+    assert "write queue 0 entries, 0 B of 64.0 MiB, oldest 0.0 s" in \
+        d.cli("stats", check=True).stdout.decode()
 
 
 # ---- top, plain lines ----

@@ -77,23 +77,6 @@ def test_print_config_shows_write_mode(tmp_root):
         'pt2cached: command line: disk.write_mode: expected one of sync, async; got "later"')
 
 
-def test_stats_show_the_write_queue(make_daemon):
-    d = make_daemon("--set", "disk.write_queue_size=2MiB")
-    disk = d.stats()["tiers"]["disk"]
-    assert disk["write_mode"] == "async"
-    assert disk["write_queue"] == {"entries": 0, "bytes": 0, "capacity": 2 << 20,
-                                   "oldest_age_s": 0.0}
-    out = d.cli("stats", check=True).stdout.decode()
-    assert "write queue 0 entries, 0 B of 2.0 MiB, oldest 0.0 s" in out
-
-    d.stop()
-    d.args += ["--set", "disk.write_mode=sync"]
-    d.start()
-    disk = d.stats()["tiers"]["disk"]
-    assert disk["write_mode"] == "sync" and "write_queue" not in disk
-    assert "write queue" not in d.cli("stats", check=True).stdout.decode()
-
-
 def test_a_full_queue_slows_writers_and_drops_nothing(make_daemon):
     # 16 writers push 48 MiB through a 1 MiB queue: puts wait for room.
     d = make_daemon("--set", "disk.write_queue_size=1MiB", "--set", "memory.max_size=0")

@@ -1,0 +1,220 @@
+"""Latency histograms, `pt2cache stats --zero` and `pt2cache metrics` (Prometheus text)
+against a real pt2cached, the text parsed by the official prometheus_client parser."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from integ_helpers import NativeClient
+from prometheus_client.parser import text_string_to_metric_families
+from pt2harness import STATUS
+
+NS = "fx-graph"
+
+
+def stats_json(daemon) -> dict:
+    result = daemon.cli("stats", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def metrics(daemon) -> dict:
+    """{metric family name: family} from `pt2cache metrics`."""
+    result = daemon.cli("metrics")
+    assert result.returncode == 0, result.stderr
+    return {family.name: family
+            for family in text_string_to_metric_families(result.stdout.decode())}
+
+
+def rows(stats: dict, key: str) -> dict:
+    """The "latency" rows by (op, tier, ns), or the "requests" rows by (op, ns, result)."""
+    if key == "latency":
+        return {(r["op"], r["tier"], r["ns"]): r for r in stats["latency"]}
+    return {(r["op"], r["ns"], r["result"]): r["count"] for r in stats["requests"]}
+
+
+def workload(daemon) -> None:
+    """2 puts, 1 NX put refused, 5 memory hits, 3 misses, 1 exists, 1 delete."""
+    c = NativeClient(daemon.socket)
+    try:
+        assert c.put(NS, b"a", b"x" * 100) == STATUS["ok"]
+        assert c.put(NS, b"b", b"y" * 5000) == STATUS["ok"]
+        assert c.put(NS, b"b", b"z", nx=True) == STATUS["not_stored"]
+        for _ in range(5):
+            assert c.get(NS, b"a") == (STATUS["ok"], b"x" * 100)
+        for i in range(3):
+            assert c.get(NS, b"absent%d" % i)[0] == STATUS["miss"]
+        assert c.exists(NS, b"a") == STATUS["ok"]
+        assert c.delete(NS, b"b") == STATUS["ok"]
+    finally:
+        c.close()
+
+
+def test_latency_rows_in_stats(daemon):
+    workload(daemon)
+    stats = stats_json(daemon)
+    latency = rows(stats, "latency")
+    assert latency[("get", "memory", NS)]["count"] == 5
+    assert latency[("get", "none", NS)]["count"] == 3
+    assert latency[("put", "none", NS)]["count"] == 3
+    assert latency[("exists", "none", NS)]["count"] == 1
+    assert latency[("delete", "none", NS)]["count"] == 1
+    assert ("get", "disk", NS) not in latency  # no disk hit happened
+    for row in latency.values():
+        assert set(row) == {"op", "tier", "ns", "count", "sum_us", "p50_us", "p99_us", "p999_us"}
+        assert 0 < row["p50_us"] <= row["p99_us"] <= row["p999_us"] < 10_000_000, row
+        assert row["sum_us"] > 0
+    requests = rows(stats, "requests")
+    assert requests == {("put", NS, "ok"): 2, ("put", NS, "miss"): 1, ("get", NS, "ok"): 5,
+                        ("get", NS, "miss"): 3, ("exists", NS, "ok"): 1,
+                        ("delete", NS, "ok"): 1}
+
+    text = daemon.cli("stats").stdout.decode()
+    assert "latency (from the request's start to its reply being queued)" in text
+    assert "P99.9 µs" in text
+    line = next(l for l in text.splitlines() if l.startswith(NS) and " memory " in l
+                and " get " in l)
+    assert line.split()[3] == "5", line
+
+
+def test_disk_tier_and_resp_are_measured(make_daemon):
+    # No memory tier: a hit comes from disk.
+    d = make_daemon("--set", "memory.max_size=0")
+    c = NativeClient(d.socket)
+    try:
+        assert c.put(NS, b"k", b"v") == STATUS["ok"]
+        assert c.get(NS, b"k") == (STATUS["ok"], b"v")
+    finally:
+        c.close()
+    r = redis.Redis(unix_socket_path=str(d.socket))
+    # The RESP front door: GET/SET of Inductor's Redis keys (namespace "redis" for
+    # unmapped keys, see docs/torch.md).
+    assert r.set("plain-key", b"1")
+    assert r.get("plain-key") == b"1"
+    assert r.get("no-such-key") is None
+    latency = rows(stats_json(d), "latency")
+    assert latency[("get", "disk", NS)]["count"] == 1
+    resp_ns = {ns for (op, tier, ns) in latency if op == "put" and ns != NS}
+    assert len(resp_ns) == 1, latency.keys()
+    (ns,) = resp_ns
+    assert latency[("get", "disk", ns)]["count"] == 1
+    assert latency[("get", "none", ns)]["count"] == 1
+
+    info = r.info("latencystats")
+    key = f"latency_percentiles_usec_get_disk_{NS}"
+    assert key in info, info
+    assert info[key]["count"] == 1
+    assert 0 < info[key]["p50"] <= info[key]["p99"] <= info[key]["p99.9"]
+    r.close()
+
+
+def test_stats_zero(daemon):
+    workload(daemon)
+    before = daemon.cli("stats", "--zero", "--json")
+    assert before.returncode == 0, before.stderr
+    snapshot = json.loads(before.stdout)
+    assert rows(snapshot, "requests")[("get", NS, "ok")] == 5  # counts from before the reset
+
+    keep = NativeClient(daemon.socket)  # a connection open across the reset
+    try:
+        stats = stats_json(daemon)
+        assert stats["latency"] == []
+        assert stats["requests"] == []
+        for tiers in stats["namespaces"].values():
+            for counters in tiers.values():
+                assert set(counters.values()) == {0}, counters
+        assert stats["daemon"]["connections_active"] >= 2  # a gauge: kept
+        assert stats["daemon"]["connections_accepted"] <= 2  # this cli and `keep`
+        assert stats["tiers"]["memory"]["count"] == 1  # entries stay
+        assert stats["since_reset_s"] < stats["uptime_s"]
+
+        assert keep.get(NS, b"a")[0] == STATUS["ok"]
+        stats = stats_json(daemon)
+        assert rows(stats, "latency")[("get", "memory", NS)]["count"] == 1
+    finally:
+        keep.close()
+
+    plain = daemon.cli("stats", "--zero")
+    assert plain.returncode == 0
+    assert plain.stdout.decode() == "statistics zeroed\n"
+    assert stats_json(daemon)["latency"] == []
+
+
+def sample_value(family, name: str, **labels) -> float:
+    found = [s.value for s in family.samples
+             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (name, labels, family.samples)
+    return found[0]
+
+
+def test_metrics_parse_and_match_stats(daemon):
+    workload(daemon)
+    families = metrics(daemon)
+    stats = stats_json(daemon)
+
+    # Counters of cache requests, by op, ns and result.
+    requests = families["pt2cache_requests"]
+    assert requests.type == "counter"
+    got = {(s.labels["op"], s.labels["ns"], s.labels["result"]): s.value
+           for s in requests.samples if s.name == "pt2cache_requests_total"}
+    assert got == rows(stats, "requests")
+
+    # Native histograms: cumulative buckets ending in +Inf == _count.
+    duration = families["pt2cache_request_duration_seconds"]
+    assert duration.type == "histogram"
+    latency = rows(stats, "latency")
+    series = {(s.labels["op"], s.labels["tier"], s.labels["ns"])
+              for s in duration.samples}
+    assert series == set(latency)
+    for (op, tier, ns), row in latency.items():
+        labels = dict(op=op, tier=tier, ns=ns)
+        buckets = [(float(s.labels["le"]), s.value) for s in duration.samples
+                   if s.name.endswith("_bucket") and
+                   all(s.labels[k] == v for k, v in labels.items())]
+        assert len(buckets) == 28  # 2^10 .. 2^36 ns, and +Inf
+        assert [le for le, _ in buckets] == sorted(le for le, _ in buckets)
+        counts = [count for _, count in buckets]
+        assert counts == sorted(counts), counts
+        assert buckets[-1] == (float("inf"), row["count"])
+        assert sample_value(duration, "pt2cache_request_duration_seconds_count",
+                            **labels) == row["count"]
+        assert sample_value(duration, "pt2cache_request_duration_seconds_sum",
+                            **labels) == pytest.approx(row["sum_us"] / 1e6, rel=1e-6)
+        # The p50 bucket's bound: at least half the observations at or below it.
+        p50_bucket = next(le for le, count in buckets if count >= row["count"] / 2)
+        assert row["p50_us"] / 1e6 <= p50_bucket
+
+    # Tier counters, per namespace and tier.
+    for field, name in [("hits", "pt2cache_tier_hits"), ("misses", "pt2cache_tier_misses"),
+                        ("puts", "pt2cache_tier_puts"),
+                        ("bytes_in", "pt2cache_tier_stored_bytes"),
+                        ("bytes_out", "pt2cache_tier_served_bytes")]:
+        family = families[name]
+        assert family.type == "counter"
+        for ns, tiers in stats["namespaces"].items():
+            for tier, counters in tiers.items():
+                assert sample_value(family, name + "_total", ns=ns, tier=tier) == counters[field]
+    assert sample_value(families["pt2cache_tier_hits"], "pt2cache_tier_hits_total", ns=NS,
+                        tier="memory") == 5
+
+    # Gauges of the local tiers.
+    for tier in ("memory", "disk"):
+        assert sample_value(families["pt2cache_tier_entries"], "pt2cache_tier_entries",
+                            tier=tier) == stats["tiers"][tier]["count"]
+        assert sample_value(families["pt2cache_tier_size_bytes"], "pt2cache_tier_size_bytes",
+                            tier=tier) == stats["tiers"][tier]["bytes"]
+        assert sample_value(families["pt2cache_tier_capacity_bytes"],
+                            "pt2cache_tier_capacity_bytes",
+                            tier=tier) == stats["tiers"][tier]["capacity"]
+    assert families["pt2cache_connections_active"].type == "gauge"
+    assert sample_value(families["pt2cache_remote_state"], "pt2cache_remote_state",
+                        state="disabled") == 1
+    assert sample_value(families["pt2cache_remote_state"], "pt2cache_remote_state",
+                        state="connected") == 0
+    info = families["pt2cache_info"].samples[0]
+    assert info.labels["version"] == stats["version"]
+    assert info.labels["pid"] == str(stats["pid"])
+    # Every family carries HELP text.
+    assert all(family.documentation for family in families.values())
