@@ -263,3 +263,30 @@ def test_cluster_nodes_seed_when_the_url_is_down(cluster, make_daemon, tmp_root)
     redis_key, inner = fx_key("seeded")
     cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"seeded")
     assert Native(d.socket).get("fx-graph", inner) == (OK, b"seeded")
+
+
+def test_read_from_replicas(cluster, make_daemon):
+    """remote.read_from_replicas: gets go to the slot's replica (READONLY), writes to its master."""
+    d = cluster_daemon(make_daemon, cluster, "replicas", read_from_replicas="true")
+    client = Native(d.socket)
+    redis_key, inner = fx_key("from-a-replica")
+    master = cluster.master_for_key(redis_key)
+    replica = cluster.replicas_of(master)[0]
+    cluster.command(master, "SET", redis_key, b"replicated")
+    assert cluster.command(master, "WAIT", 1, 2000) == 1
+
+    def gets(node):
+        info = cluster.command(node, "INFO", "commandstats").decode()
+        for line in info.splitlines():
+            if line.startswith("cmdstat_get:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+    on_master, on_replica = gets(master), gets(replica)
+    assert client.get("fx-graph", inner) == (OK, b"replicated")
+    assert gets(replica) == on_replica + 1
+    assert gets(master) == on_master
+    # Writes still go to the master.
+    _, written = fx_key("written-by-replica-reader")
+    assert client.put("fx-graph", written, b"w") == OK
+    wait_for(lambda: remote_stats(d)["written"] == 1, what="the write")
+    assert remote_stats(d)["errors"] == 0 and remote_stats(d)["cluster_moves"] == 0
