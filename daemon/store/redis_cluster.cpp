@@ -235,7 +235,8 @@ bool RedisCluster::refresh_due() const {
 tl::expected<void, RedisError> RedisCluster::refresh(const std::atomic<bool>* abort) {
     std::unique_lock running(m_refresh_mutex, std::try_to_lock);
     if (!running.owns_lock()) {
-        return {};
+        return tl::make_unexpected(
+            RedisError{RedisErrorKind::exhausted, "another topology refresh is running"});
     }
     m_refresh_wanted.store(false, std::memory_order_relaxed);
     m_last_refresh_ms.store(steady_ms(), std::memory_order_relaxed);

@@ -66,7 +66,8 @@ public:
             const std::atomic<bool>* abort = nullptr);
 
     // Asks CLUSTER SLOTS of a known master (or a seed) and replaces the slot
-    // map. One refresh at a time: a call while another runs returns at once.
+    // map. One refresh at a time: a call while another runs returns at once
+    // (`exhausted`).
     tl::expected<void, RedisError> refresh(const std::atomic<bool>* abort = nullptr);
 
     // A refresh was asked for (by MOVED or a failure) and the minimum interval

@@ -351,10 +351,22 @@ void RedisTier::probe() {
         if (refreshed) {
             m_breaker.success(admission);
             on_success();
-        } else if (refreshed.error().kind == RedisErrorKind::aborted) {
-            m_breaker.release(admission);
+        } else if (refreshed.error().kind == RedisErrorKind::aborted ||
+                   refreshed.error().kind == RedisErrorKind::exhausted) {
+            m_breaker.release(admission); // stopping, or the other flusher is asking
+
         } else {
             count_failure(refreshed.error());
+            if (refreshed.error().kind == RedisErrorKind::reply) {
+                // E.g. remote.cluster = true on a Redis that is not a cluster:
+                // no connectivity failure, so say why the tier stays connecting.
+                std::lock_guard lock(m_state_mutex);
+                if (now_ms() - m_last_topology_log_ms >= 10'000) {
+                    m_last_topology_log_ms = now_ms();
+                    remote_logger().warn("Redis cluster topology not loaded: {}",
+                                         refreshed.error().message);
+                }
+            }
             on_failure(refreshed.error(), admission);
         }
         return;

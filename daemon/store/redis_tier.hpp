@@ -148,6 +148,7 @@ private:
     std::atomic<bool> m_abort{false};
     std::atomic<unsigned> m_running{0};
     std::atomic<std::int64_t> m_last_refusal_log_ms{0};
+    std::int64_t m_last_topology_log_ms = 0; // flusher threads only, under m_state_mutex
     std::atomic<std::uint64_t> m_refusals_unlogged{0};
     std::vector<std::thread> m_flushers;
 };

@@ -290,3 +290,13 @@ def test_read_from_replicas(cluster, make_daemon):
     assert client.put("fx-graph", written, b"w") == OK
     wait_for(lambda: remote_stats(d)["written"] == 1, what="the write")
     assert remote_stats(d)["errors"] == 0 and remote_stats(d)["cluster_moves"] == 0
+
+
+def test_cluster_true_on_a_single_node_stays_local_and_says_why(make_daemon, redis_server):
+    d = make_daemon(*redis_args(cluster="true"), env=redis_env(redis_server))
+    wait_for(lambda: "topology not loaded" in d.log(), what="the log line", timeout=10)
+    assert remote_stats(d)["state"] == "connecting"
+    client = Native(d.socket)
+    _, inner = fx_key("no-topology")
+    assert client.put("fx-graph", inner, b"local") == OK
+    assert client.get("fx-graph", inner) == (OK, b"local")
