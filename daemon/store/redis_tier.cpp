@@ -123,6 +123,9 @@ void RedisTier::set_state(RemoteState state, std::int64_t until_ms) {
 }
 
 void RedisTier::on_success() {
+    if (m_mode.load() == Mode::unknown) {
+        return; // detect_mode says connected once requests know where to go
+    }
     std::lock_guard lock(m_state_mutex);
     if (m_state == RemoteState::connected) {
         return;
@@ -402,6 +405,7 @@ void RedisTier::detect_mode(Admission admission) {
         m_cluster->request_refresh();
     }
     m_mode = cluster ? Mode::cluster : Mode::single;
+    on_success();
 }
 
 void RedisTier::write(WriteItem item) {
