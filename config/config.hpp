@@ -39,10 +39,11 @@ struct Config {
     std::uint64_t memory_max_size = 256ull << 20; // 0 disables the memory tier
     // [disk]
     std::string cache_dir; // root of the disk tier; see docs/configuration.md for the default
-    std::uint64_t disk_max_size = 10ull << 30;    // 0 disables the disk tier
-    std::uint64_t compress_threshold = 64u << 10; // values >= this are zstd-compressed
-    int compress_level = 3;                       // 1..19
-    std::string disk_write_mode = "sync";         // "sync" | "async" (queued, written behind)
+    std::uint64_t disk_max_size = 10ull << 30;       // 0 disables the disk tier
+    std::uint64_t compress_threshold = 64u << 10;    // values >= this are zstd-compressed
+    int compress_level = 3;                          // 1..19
+    std::string disk_write_mode = "async";           // "sync" | "async" (queued, written behind)
+    std::uint64_t disk_write_queue_size = 64u << 20; // async: bytes queued before puts wait
     // [caches]: seed variables, "1" enables and any other value disables
     bool fx_graph_cache = true;        // TORCHINDUCTOR_FX_GRAPH_CACHE
     bool autograd_cache = true;        // TORCHINDUCTOR_AUTOGRAD_CACHE; needs fx_graph_cache
@@ -70,6 +71,13 @@ struct Config {
     std::string remote_cluster = "auto";                // "auto" (INFO cluster) | "true" | "false"
     std::string remote_cluster_nodes; // more seed nodes: URLs separated by commas or spaces
     bool remote_read_from_replicas = false;
+    bool redis_tls = false;              // TLS to Redis (a rediss:// URL sets it)
+    std::string redis_tls_ca_file;       // PEM CA bundle; empty: the system's
+    std::string redis_tls_cert_file;     // PEM client certificate (chain), for mutual TLS
+    std::string redis_tls_key_file;      // its private key; empty: in redis_tls_cert_file
+    std::string redis_tls_server_name;   // SNI and the name verified; empty: the host
+    bool redis_tls_verify = true;        // false: no peer verification (a warning at start)
+    std::string remote_signing_key_file; // HMAC keys (docs/remote.md); empty: unsigned
     // [resp] (Redis-protocol front door)
     std::string resp_password; // empty: AUTH not required
     // [bundle]

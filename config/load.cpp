@@ -54,8 +54,9 @@ void expand_redis_url(Loaded& loaded, const Origin& origin) {
     config.redis_username = url->username;
     config.redis_password = url->password;
     config.redis_db = url->db;
+    config.redis_tls = url->tls;
     std::vector<std::string_view> keys = {"remote.unix_socket", "remote.username",
-                                          "remote.password", "remote.db"};
+                                          "remote.password", "remote.db", "remote.tls"};
     if (url->unix_socket.empty()) {
         config.redis_host = url->host;
         config.redis_port = url->port;

@@ -149,7 +149,8 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
     }
     std::string_view scheme = text.substr(0, separator);
     bool is_unix = scheme == "unix";
-    if (scheme != "redis" && !is_unix) {
+    bool is_tls = scheme == "rediss";
+    if (scheme != "redis" && !is_unix && !is_tls) {
         return tl::make_unexpected(fmt::format("unsupported scheme {}", quote(scheme)));
     }
     std::string_view rest = text.substr(separator + k_scheme_separator.size());
@@ -165,6 +166,7 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
         slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
 
     RedisUrl url;
+    url.tls = is_tls;
     if (auto at = authority.rfind('@'); at != std::string_view::npos) {
         std::string_view userinfo = authority.substr(0, at);
         authority = authority.substr(at + 1);
@@ -235,8 +237,9 @@ std::string format_redis_url(const RedisUrl& url) {
     }
     // A host that came from brackets ("[::1]") goes back into them.
     const bool bracket = url.host.find(':') != std::string::npos || url.host.starts_with('[');
-    std::string text = bracket ? fmt::format("redis://{}[{}]:{}", userinfo, url.host, url.port)
-                               : fmt::format("redis://{}{}:{}", userinfo, url.host, url.port);
+    const std::string_view scheme = url.tls ? "rediss" : "redis";
+    std::string text = bracket ? fmt::format("{}://{}[{}]:{}", scheme, userinfo, url.host, url.port)
+                               : fmt::format("{}://{}{}:{}", scheme, userinfo, url.host, url.port);
     if (url.db != 0) {
         text += fmt::format("/{}", url.db);
     }

@@ -2,6 +2,7 @@
 //
 // The Redis URL forms that TORCHINDUCTOR_REDIS_URL and remote.url accept:
 //   redis://[[username]:password@]host[:port][/db][?db=N]
+//   rediss://[[username]:password@]host[:port][/db][?db=N]   (TLS)
 //   unix://[[username]:password@]/path[?db=N]
 // User name and password may be percent-encoded.
 #pragma once
@@ -22,13 +23,14 @@ struct RedisUrl {
     std::string username;
     std::string password;
     unsigned db = 0;
+    bool tls = false; // rediss://
 
     bool operator==(const RedisUrl&) const = default;
 };
 
 // The forms above, for error messages.
 inline constexpr std::string_view k_redis_url_forms =
-    "redis://[user:password@]host[:port][/db] or unix:///path[?db=N]";
+    "redis[s]://[user:password@]host[:port][/db] (rediss: TLS) or unix:///path[?db=N]";
 
 // Parses `url`. The error names the problem and the accepted forms, and never
 // repeats the password.
@@ -39,8 +41,8 @@ tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url);
 tl::expected<std::vector<RedisUrl>, std::string> parse_redis_url_list(std::string_view urls);
 
 // The canonical URL of `url`: user name and password percent-encoded (all
-// but [A-Za-z0-9-._~]), the port always written, the database as /N (redis)
-// or ?db=N (unix, when not 0). parse_redis_url() reads it back to `url`.
+// but [A-Za-z0-9-._~]), the scheme rediss:// for TLS, the port always written, the database as /N
+// (redis) or ?db=N (unix, when not 0). parse_redis_url() reads it back to `url`.
 std::string format_redis_url(const RedisUrl& url);
 
 // `url` with the password (if any) replaced by "***", for display.

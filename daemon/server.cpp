@@ -271,7 +271,9 @@ void Server::reload() {
         {fresh.disk_max_size != old.disk_max_size, "disk.max_size"},
         {fresh.compress_threshold != old.compress_threshold, "disk.compress_threshold"},
         {fresh.compress_level != old.compress_level, "disk.compress_level"},
-        {fresh.disk_write_mode != old.disk_write_mode, "disk.write_mode"},
+        {fresh.disk_write_mode != old.disk_write_mode ||
+             fresh.disk_write_queue_size != old.disk_write_queue_size,
+         "disk.write_mode/write_queue_size"},
         {fresh.memory_max_size != old.memory_max_size, "memory.max_size"},
         {fresh.idle_exit_s != old.idle_exit_s, "daemon.idle_exit_s"},
         {fresh.max_connections != m_loaded.config.max_connections ||
@@ -295,6 +297,13 @@ void Server::reload() {
              fresh.remote_cluster_nodes != old.remote_cluster_nodes ||
              fresh.remote_read_from_replicas != old.remote_read_from_replicas,
          "remote.cluster/cluster_nodes/read_from_replicas"},
+        {fresh.redis_tls != old.redis_tls || fresh.redis_tls_ca_file != old.redis_tls_ca_file ||
+             fresh.redis_tls_cert_file != old.redis_tls_cert_file ||
+             fresh.redis_tls_key_file != old.redis_tls_key_file ||
+             fresh.redis_tls_server_name != old.redis_tls_server_name ||
+             fresh.redis_tls_verify != old.redis_tls_verify,
+         "remote.tls*"},
+        {fresh.remote_signing_key_file != old.remote_signing_key_file, "remote.signing_key_file"},
         {fresh.remote_enabled && m_context.store->remote_tier() == nullptr,
          "remote caching (no remote tier was started)"},
     };

@@ -29,6 +29,8 @@ nlohmann::json stats_report(Context& context) {
         tier["endpoint"] = remote->options().endpoint.describe();
         tier["state"] = report["remote"]["state"];
         tier["read_only"] = policy->remote_read_only;
+        tier["tls"] = remote->options().endpoint.tls != nullptr;
+        tier["signed"] = remote->options().signer != nullptr;
         tier["namespaces"] = policy->remote_namespaces.value_or(std::set<std::string>{});
         tier["count"] = report["remote"]["queue_entries"];
         tier["bytes"] = report["remote"]["queue_bytes"];

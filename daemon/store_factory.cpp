@@ -8,6 +8,7 @@
 #include "daemon/store/disk_tier.hpp"
 #include "daemon/store/memory_tier.hpp"
 #include "daemon/store/redis_tier.hpp"
+#include "daemon/store/tls_transport.hpp"
 
 #include <fmt/ranges.h>
 
@@ -49,6 +50,51 @@ store::StorePolicy store_policy(const config::Config& config) {
 
 namespace {
 
+// remote.tls*: the shared SSL_CTX, or null for plain TCP. Unusable files stop
+// the daemon (a remote tier that can never connect is a configuration error).
+std::shared_ptr<const store::TlsContext> make_tls(const config::Config& config) {
+    if (!config.redis_tls) {
+        return nullptr;
+    }
+    if (!config.redis_unix_socket.empty()) {
+        throw Fatal(fmt::format("remote.tls: TLS needs a TCP endpoint (host and port, or a "
+                                "rediss:// URL), not the Unix socket {}",
+                                config.redis_unix_socket));
+    }
+    store::TlsOptions options;
+    options.ca_file = config.redis_tls_ca_file;
+    options.cert_file = config.redis_tls_cert_file;
+    options.key_file = config.redis_tls_key_file;
+    options.server_name = config.redis_tls_server_name;
+    options.verify = config.redis_tls_verify;
+    auto context = store::TlsContext::make(options);
+    if (!context) {
+        throw Fatal(fmt::format("remote tier TLS: {}", context.error()));
+    }
+    if (!options.verify) {
+        logger("daemon").warn(
+            "remote.tls_verify = false: the Redis server's certificate is NOT verified; anyone "
+            "on the path can impersonate it and serve entries (pickles) to this machine");
+    }
+    return *context;
+}
+
+// remote.signing_key_file: the signer, or null. A key file others can read or
+// change, or one that holds no key, stops the daemon.
+std::shared_ptr<const store::EntrySigner> make_signer(const config::Config& config) {
+    if (config.remote_signing_key_file.empty()) {
+        return nullptr;
+    }
+    auto signer = store::EntrySigner::load(config.remote_signing_key_file);
+    if (!signer) {
+        throw Fatal(signer.error());
+    }
+    logger("daemon").info("remote entries signed with key {} ({} verification key{})",
+                          signer->signing_key_id(), signer->key_count(),
+                          signer->key_count() == 1 ? "" : "s");
+    return std::make_shared<const store::EntrySigner>(std::move(*signer));
+}
+
 std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::Stats& stats) {
     if (!config.remote_enabled) {
         return nullptr;
@@ -85,6 +131,8 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
     options.queue.capacity_bytes = config.write_behind_queue_bytes;
     options.max_value_size = config.remote_max_value_size;
     endpoint.max_value_size = config.remote_max_value_size;
+    endpoint.tls = make_tls(config);
+    options.signer = make_signer(config);
     options.cluster = config.remote_cluster == "true"    ? store::ClusterMode::on
                       : config.remote_cluster == "false" ? store::ClusterMode::off
                                                          : store::ClusterMode::detect;
@@ -136,6 +184,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.compress_level = config.compress_level;
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
+            options.write_queue_bytes = config.disk_write_queue_size;
             logger("daemon").info("disk tier: asynchronous writes (queue of {} bytes, {} writers)",
                                   options.write_queue_bytes, options.writer_threads);
         }

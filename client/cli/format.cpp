@@ -147,6 +147,13 @@ std::string render_tiers(const nlohmann::json& stats) {
         out += fmt::format("{:<8}  {:>9}  {:>10}  {:>10}\n", name, counter(tier, "count"),
                            human_bytes(counter(tier, "bytes")),
                            human_bytes(counter(tier, "capacity")));
+        if (tier.value("write_mode", "") == "async") {
+            // The disk tier's write queue: puts answered, files not yet written.
+            out += fmt::format(
+                "{:<8}  write queue {} entries, {} of {}, oldest {} ms\n", "",
+                counter(tier, "queue_entries"), human_bytes(counter(tier, "queue_bytes")),
+                human_bytes(counter(tier, "queue_capacity")), counter(tier, "queue_oldest_ms"));
+        }
     }
     return out;
 }

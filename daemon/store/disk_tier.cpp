@@ -97,6 +97,13 @@ std::uint64_t DiskTier::queued_bytes() const {
     return m_writer ? m_writer->bytes() : 0;
 }
 
+std::chrono::milliseconds DiskTier::oldest_queued_age() const {
+    if (!m_writer) {
+        return std::chrono::milliseconds{0};
+    }
+    return std::chrono::duration_cast<std::chrono::milliseconds>(m_writer->oldest_age());
+}
+
 void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id,
                                int fd, std::string_view reason) {
     m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);

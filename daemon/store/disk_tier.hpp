@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -106,6 +107,8 @@ public:
     // Async mode: writes queued or in flight, and the bytes they hold.
     std::size_t queued_writes() const;
     std::uint64_t queued_bytes() const;
+    // Async mode: how long the oldest queued write has waited.
+    std::chrono::milliseconds oldest_queued_age() const;
 
 private:
     void scan();

@@ -43,7 +43,7 @@ bool DiskWriteQueue::drop_queued_locked(Slot& slot) {
 }
 
 bool DiskWriteQueue::idle_before_locked(std::uint64_t seq) const {
-    return m_outstanding.empty() || *m_outstanding.begin() > seq;
+    return m_outstanding.empty() || m_outstanding.begin()->first > seq;
 }
 
 void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
@@ -70,7 +70,7 @@ void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
     // Otherwise the writer of the in-flight write queues `id` again when done.
     slot.queued = std::move(write);
     slot.queued_seq = ++m_next_seq;
-    m_outstanding.insert(slot.queued_seq);
+    m_outstanding.emplace(slot.queued_seq, Clock::now());
     m_bytes += size;
 }
 
@@ -193,6 +193,14 @@ std::uint64_t DiskWriteQueue::bytes() const {
 std::size_t DiskWriteQueue::size() const {
     std::lock_guard lock(m_mutex);
     return m_outstanding.size();
+}
+
+DiskWriteQueue::Clock::duration DiskWriteQueue::oldest_age() const {
+    std::lock_guard lock(m_mutex);
+    if (m_outstanding.empty()) {
+        return Clock::duration::zero();
+    }
+    return Clock::now() - m_outstanding.begin()->second;
 }
 
 std::uint64_t DiskWriteQueue::coalesced() const {

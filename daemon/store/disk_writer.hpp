@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -95,6 +95,9 @@ public:
     std::uint64_t bytes() const;
     std::size_t size() const;        // queued and in-flight writes
     std::uint64_t coalesced() const; // writes replaced by a newer one before being written
+    // How long the oldest queued or in-flight write has waited; zero when
+    // none is.
+    Clock::duration oldest_age() const;
     std::uint64_t capacity() const { return m_capacity; }
 
     static constexpr std::chrono::seconds k_shutdown_deadline{60};
@@ -122,8 +125,9 @@ private:
     std::condition_variable m_work; // writers wait for a write
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;
-    std::deque<Hash128> m_ready;           // ids with a queued write (may hold stale ids)
-    std::set<std::uint64_t> m_outstanding; // sequence numbers of queued and in-flight writes
+    std::deque<Hash128> m_ready; // ids with a queued write (may hold stale ids)
+    // Sequence numbers of queued and in-flight writes, with when each was queued.
+    std::map<std::uint64_t, Clock::time_point> m_outstanding;
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
     std::uint64_t m_coalesced = 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "daemon/store/log.hpp"
 
+#include <chrono>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -18,11 +19,24 @@ spdlog::logger& logger() {
 }
 
 spdlog::logger& remote_logger() {
-    // The daemon registers "remote"; without it (unit tests), the store's logger.
     if (const auto registered = spdlog::get("remote")) {
         return *registered;
     }
     return logger();
+}
+
+std::optional<std::uint64_t> LogThrottle::take() {
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count() +
+                     m_interval_ms; // never 0 or less: the first line is always logged
+    auto last = m_last_ms.load(std::memory_order_relaxed);
+    if (now - last < m_interval_ms ||
+        !m_last_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+        m_suppressed.fetch_add(1, std::memory_order_relaxed);
+        return std::nullopt;
+    }
+    return m_suppressed.exchange(0, std::memory_order_relaxed);
 }
 
 } // namespace pt2cache::daemon::store

@@ -2,6 +2,10 @@
 // The storage layer's spdlog logger ("store").
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
 #include <spdlog/logger.h>
 
 namespace pt2cache::daemon::store {
@@ -13,5 +17,22 @@ spdlog::logger& logger();
 
 // The remote tier's logger: "remote" when the daemon registered it, else logger().
 spdlog::logger& remote_logger();
+
+// At most one log line per interval for a message a peer can repeat at will
+// (a full Redis refusing every write, forged entries). Thread-safe.
+class LogThrottle {
+public:
+    explicit LogThrottle(std::int64_t interval_ms = 10'000)
+        : m_interval_ms(interval_ms) {}
+
+    // The number of lines suppressed since the last one when this one may be
+    // logged; std::nullopt (and counted) when it is to be suppressed.
+    std::optional<std::uint64_t> take();
+
+private:
+    const std::int64_t m_interval_ms;
+    std::atomic<std::int64_t> m_last_ms{0};
+    std::atomic<std::uint64_t> m_suppressed{0};
+};
 
 } // namespace pt2cache::daemon::store

@@ -11,6 +11,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "daemon/store/tls_transport.hpp"
+
 #include <climits>
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
@@ -69,8 +71,9 @@ std::string RedisEndpoint::describe() const {
     if (!unix_socket.empty()) {
         return "unix://" + unix_socket;
     }
-    return db == 0 ? fmt::format("redis://{}:{}", host, port)
-                   : fmt::format("redis://{}:{}/{}", host, port, db);
+    const std::string_view scheme = tls ? "rediss" : "redis";
+    return db == 0 ? fmt::format("{}://{}:{}", scheme, host, port)
+                   : fmt::format("{}://{}:{}/{}", scheme, host, port, db);
 }
 
 void RedisConnection::ContextDeleter::operator()(redisContext* context) const {
@@ -129,6 +132,17 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
     RedisConnection connection(std::move(context), endpoint);
     connection.m_connect_time =
         std::chrono::duration_cast<Milliseconds>(SteadyClock::now() - started);
+    if (endpoint.tls) {
+        // The handshake shares the setup's deadline.
+        auto secured = connection.start_tls(endpoint, deadline + connection.m_connect_time, abort);
+        if (!secured) {
+            auto error = std::move(secured.error());
+            if (error.kind != RedisErrorKind::aborted) {
+                error.message = fmt::format("{}: {}", endpoint.describe(), error.message);
+            }
+            return tl::make_unexpected(std::move(error));
+        }
+    }
 
     std::vector<RedisCommand> setup;
     const std::string db = std::to_string(endpoint.db);
@@ -159,6 +173,37 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
         }
     }
     return connection;
+}
+
+tl::expected<void, RedisError> RedisConnection::start_tls(const RedisEndpoint& endpoint,
+                                                          SteadyClock::time_point deadline,
+                                                          const std::atomic<bool>* abort) {
+    auto session = TlsSession::make(*endpoint.tls, m_fd, endpoint.host);
+    if (!session) {
+        return tl::make_unexpected(fail(RedisErrorKind::connect, std::move(session.error())));
+    }
+    m_tls = std::move(*session);
+    m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
+    for (;;) {
+        auto step = m_tls->handshake();
+        switch (step.status) {
+        case TlsIo::Status::done:
+            return {};
+        case TlsIo::Status::want_read:
+        case TlsIo::Status::want_write: {
+            const short events = step.status == TlsIo::Status::want_read ? POLLIN : POLLOUT;
+            if (auto ready = wait(events, deadline, abort); !ready) {
+                auto error = std::move(ready.error());
+                error.message = "TLS handshake: " + error.message;
+                return tl::make_unexpected(std::move(error));
+            }
+            break;
+        }
+        case TlsIo::Status::closed:
+        case TlsIo::Status::failed:
+            return tl::make_unexpected(fail(RedisErrorKind::connect, std::move(step.error)));
+        }
+    }
 }
 
 RedisError RedisConnection::fail(RedisErrorKind kind, std::string message) {
@@ -235,27 +280,13 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
     }
     std::size_t index = 0;
     while (index < iov.size()) {
-        msghdr message{};
-        message.msg_iov = &iov[index];
-        message.msg_iovlen = std::min<std::size_t>(iov.size() - index, IOV_MAX);
-        // MSG_NOSIGNAL: a closed peer is an error here, never a SIGPIPE.
-        const ssize_t sent = ::sendmsg(m_fd, &message, MSG_NOSIGNAL);
-        if (sent < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (auto ready = wait(POLLOUT, budget.deadline(), abort); !ready) {
-                    return ready;
-                }
-                continue;
-            }
-            return tl::make_unexpected(
-                fail(RedisErrorKind::io, fmt::format("write: {}", std::strerror(errno))));
+        auto sent = send_some(std::span(iov).subspan(index), budget, abort);
+        if (!sent) {
+            return tl::make_unexpected(std::move(sent.error()));
         }
         // Time for large transfers, as their bytes leave.
-        budget.transferred += static_cast<std::uint64_t>(sent);
-        auto left = static_cast<std::size_t>(sent);
+        budget.transferred += *sent;
+        auto left = *sent;
         while (left > 0) {
             if (left >= iov[index].iov_len) {
                 left -= iov[index].iov_len;
@@ -268,6 +299,48 @@ tl::expected<void, RedisError> RedisConnection::write_all(std::span<const RedisC
         }
     }
     return {};
+}
+
+tl::expected<std::size_t, RedisError> RedisConnection::send_some(std::span<iovec> iov,
+                                                                 const Budget& budget,
+                                                                 const std::atomic<bool>* abort) {
+    for (;;) {
+        short events = POLLOUT;
+        if (m_tls) {
+            // One segment at a time (a TLS record each, up to 16 KiB).
+            auto io = m_tls->write(std::as_bytes(
+                std::span(static_cast<const char*>(iov.front().iov_base), iov.front().iov_len)));
+            if (io.status == TlsIo::Status::done) {
+                return io.bytes;
+            }
+            if (io.status == TlsIo::Status::closed) {
+                return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
+            }
+            if (io.status == TlsIo::Status::failed) {
+                return tl::make_unexpected(fail(RedisErrorKind::io, std::move(io.error)));
+            }
+            events = io.status == TlsIo::Status::want_read ? POLLIN : POLLOUT;
+        } else {
+            msghdr message{};
+            message.msg_iov = iov.data();
+            message.msg_iovlen = std::min<std::size_t>(iov.size(), IOV_MAX);
+            // MSG_NOSIGNAL: a closed peer is an error here, never a SIGPIPE.
+            const ssize_t sent = ::sendmsg(m_fd, &message, MSG_NOSIGNAL);
+            if (sent >= 0) {
+                return static_cast<std::size_t>(sent);
+            }
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                return tl::make_unexpected(
+                    fail(RedisErrorKind::io, fmt::format("write: {}", std::strerror(errno))));
+            }
+        }
+        if (auto ready = wait(events, budget.deadline(), abort); !ready) {
+            return tl::make_unexpected(std::move(ready.error()));
+        }
+    }
 }
 
 tl::expected<RedisReplyPtr, RedisError>
@@ -293,18 +366,47 @@ RedisConnection::read_reply(const RedisCommand& command, Budget& budget,
     }
 }
 
+ssize_t RedisConnection::receive(std::span<std::byte> room, short& events) {
+    events = POLLIN;
+    if (!m_tls) {
+        if (room.empty()) {
+            return ::read(m_fd, m_buffer.data(), m_buffer.size());
+        }
+        std::array<iovec, 2> iov = {
+            iovec{room.data(), room.size()},
+            iovec{m_buffer.data(), m_buffer.size()},
+        };
+        return ::readv(m_fd, iov.data(), 2);
+    }
+    // Bytes OpenSSL holds already decrypted come first: the socket is polled
+    // only after SSL_read asked for more (it may also ask to write first).
+    auto io = m_tls->read(room.empty() ? std::as_writable_bytes(std::span(m_buffer)) : room);
+    switch (io.status) {
+    case TlsIo::Status::done:
+        return static_cast<ssize_t>(io.bytes);
+    case TlsIo::Status::want_read:
+    case TlsIo::Status::want_write:
+        events = io.status == TlsIo::Status::want_read ? POLLIN : POLLOUT;
+        errno = EAGAIN;
+        return -1;
+    case TlsIo::Status::closed:
+        return 0;
+    case TlsIo::Status::failed:
+        break;
+    }
+    m_tls_error = std::move(io.error);
+    errno = EPROTO;
+    return -1;
+}
+
 tl::expected<void, RedisError> RedisConnection::read_some(Budget& budget,
                                                           const std::atomic<bool>* abort) {
     for (;;) {
         // Inside a bulk value: its bytes go straight into its buffer (grown
         // by the reader in bounded steps), what follows into m_buffer.
         const auto room = m_reader.bulk_room(k_read_chunk);
-        std::array<iovec, 2> iov = {
-            iovec{room.data(), room.size()},
-            iovec{m_buffer.data(), m_buffer.size()},
-        };
-        const ssize_t got = room.empty() ? ::read(m_fd, m_buffer.data(), m_buffer.size())
-                                         : ::readv(m_fd, iov.data(), 2);
+        short events = POLLIN;
+        const ssize_t got = receive(room, events);
         if (got > 0) {
             auto left = static_cast<std::size_t>(got);
             budget.transferred += left;
@@ -323,13 +425,14 @@ tl::expected<void, RedisError> RedisConnection::read_some(Budget& budget,
             m_reader.commit(0); // gives the room back
             errno = saved;
         }
-        if (auto again = after_short_read(got, budget, abort); !again) {
+        if (auto again = after_short_read(got, events, budget, abort); !again) {
             return again;
         }
     }
 }
 
-tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got, const Budget& budget,
+tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got, short events,
+                                                                 const Budget& budget,
                                                                  const std::atomic<bool>* abort) {
     if (got == 0) {
         if (!m_reader.idle()) {
@@ -343,9 +446,11 @@ tl::expected<void, RedisError> RedisConnection::after_short_read(ssize_t got, co
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return tl::make_unexpected(
-            fail(RedisErrorKind::io, fmt::format("read: {}", std::strerror(errno))));
+            fail(RedisErrorKind::io, !m_tls_error.empty()
+                                         ? std::move(m_tls_error)
+                                         : fmt::format("read: {}", std::strerror(errno))));
     }
-    return wait(POLLIN, budget.deadline(), abort);
+    return wait(events, budget.deadline(), abort);
 }
 
 tl::expected<std::vector<RedisReplyPtr>, RedisError>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The one wrapper of hiredis (0.14, blocking, RESP2, no TLS). hiredis only
-// opens the connection (with a connect timeout); replies are parsed by
+// opens the TCP connection (with a connect timeout); TLS, when the endpoint
+// asks for it, runs over that socket (tls_transport.hpp); replies are parsed by
 // proto::RedisReplyReader, which treats them as untrusted input (bounded
 // lengths and counts, memory committed as bytes arrive; docs/remote.md). This
 // file does the socket I/O itself, non-blocking with poll(), so that every
@@ -18,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <sys/uio.h>
 #include <vector>
 
 #include "daemon/store/blob.hpp"
@@ -28,6 +30,9 @@
 struct redisContext;
 
 namespace pt2cache::daemon::store {
+
+class TlsContext;
+class TlsSession;
 
 using SteadyClock = std::chrono::steady_clock;
 using Milliseconds = std::chrono::milliseconds;
@@ -45,8 +50,12 @@ struct RedisEndpoint {
     // The longest bulk reply accepted (remote.max_value_size); a longer one
     // is a protocol error.
     std::uint64_t max_value_size = 512ULL << 20;
+    // TLS (TCP only): the shared SSL_CTX and its policy; null: plain TCP. A
+    // copy of the endpoint for another node (cluster) keeps it: the server
+    // name verified is then that node's host unless the context names one.
+    std::shared_ptr<const TlsContext> tls;
 
-    // "unix:///path" or "redis://host:port/db", with no credentials.
+    // "unix:///path", "redis://host:port/db" or "rediss://…", with no credentials.
     std::string describe() const;
 };
 
@@ -164,22 +173,35 @@ private:
     // Reads what the socket has into the reader (a bulk in progress straight
     // into its buffer); waits for it when it has nothing.
     tl::expected<void, RedisError> read_some(Budget& budget, const std::atomic<bool>* abort);
-    // After a read() that returned `got` <= 0: the error (end of stream, a
-    // failed read), or nothing once reading may be tried again (EINTR, or
-    // EAGAIN and the socket became readable before the deadline).
-    tl::expected<void, RedisError> after_short_read(ssize_t got, const Budget& budget,
+    // Reads into `room` (else m_buffer): what read()/readv() return, with
+    // errno; over TLS, EAGAIN with `events` set to what to wait for.
+    ssize_t receive(std::span<std::byte> room, short& events);
+    // Writes some of `iov` (all of it by `index` on), waiting as needed: the
+    // bytes sent.
+    tl::expected<std::size_t, RedisError> send_some(std::span<iovec> iov, const Budget& budget,
                                                     const std::atomic<bool>* abort);
+    // After a receive() that returned `got` <= 0: the error (end of stream, a
+    // failed read), or nothing once reading may be tried again (EINTR, or
+    // EAGAIN and the socket became ready for `events` before the deadline).
+    tl::expected<void, RedisError> after_short_read(ssize_t got, short events, const Budget& budget,
+                                                    const std::atomic<bool>* abort);
+    // The TLS handshake over the connected socket, by `deadline`.
+    tl::expected<void, RedisError> start_tls(const RedisEndpoint& endpoint,
+                                             SteadyClock::time_point deadline,
+                                             const std::atomic<bool>* abort);
     // Waits until the socket is ready for `events`, the deadline or an abort.
     tl::expected<void, RedisError> wait(short events, SteadyClock::time_point deadline,
                                         const std::atomic<bool>* abort);
     RedisError fail(RedisErrorKind kind, std::string message);
 
     std::unique_ptr<redisContext, ContextDeleter> m_context;
+    std::unique_ptr<TlsSession> m_tls; // over m_context's socket: destroyed first
     proto::RedisReplyReader m_reader;
     std::vector<char> m_buffer;
     Milliseconds m_op_timeout;
     Milliseconds m_connect_time{0};
     Milliseconds m_budget{0}; // of the exchange in progress, for messages
+    std::string m_tls_error;  // why the last TLS read failed
     int m_fd = -1;
     bool m_usable = true;
 };

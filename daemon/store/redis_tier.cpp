@@ -17,6 +17,10 @@ void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
     counter.fetch_add(amount, std::memory_order_relaxed);
 }
 
+spdlog::logger& remote_log() {
+    return remote_logger();
+}
+
 StoreError to_store_error(const RedisError& error) {
     if (error.kind == RedisErrorKind::suspended) {
         return StoreError{Failure::unavailable, error.message};
@@ -233,11 +237,34 @@ RedisTier::run_keyed(std::string_view key, std::span<const RedisCommand> command
     return execute(route == Route::write ? m_write_pool : m_pool, commands, admission, abort);
 }
 
+bool RedisTier::companion_elsewhere(std::string_view redis_key) const {
+    return m_options.signer && cluster_active() && !signature_shares_slot(redis_key);
+}
+
+tl::expected<std::vector<RedisReplyPtr>, RedisError>
+RedisTier::run_each(std::initializer_list<std::string_view> keys,
+                    std::span<const RedisCommand> commands, Route route,
+                    const std::atomic<bool>* abort) {
+    std::vector<RedisReplyPtr> all;
+    std::size_t i = 0;
+    for (const auto key : keys) {
+        auto replies = run_keyed(key, commands.subspan(i++, 1), route, abort);
+        if (!replies) {
+            return replies;
+        }
+        all.push_back(std::move(replies->front()));
+    }
+    return all;
+}
+
 tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view ns,
                                                               std::string_view key) {
     const auto redis_key = proto::to_redis_key(ns, key);
     if (!redis_key) {
         return tl::make_unexpected(no_redis_form(ns));
+    }
+    if (m_options.signer) {
+        return get_signed(*redis_key);
     }
     const RedisCommand command{{"GET", *redis_key},
                                {RedisReply::Type::string, RedisReply::Type::nil}};
@@ -309,8 +336,15 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     }
     const bool dequeued = m_queue.erase(*redis_key) > 0;
     update_gauges();
-    const RedisCommand command{{"DEL", *redis_key}, {RedisReply::Type::integer}};
-    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::erase);
+    std::vector<RedisCommand> commands{{{"DEL", *redis_key}, {RedisReply::Type::integer}}};
+    std::string companion; // signed entries: the signature goes too (same slot: its hash tag)
+    if (m_options.signer) {
+        companion = signature_key(*redis_key);
+        commands.push_back({{"DEL", companion}, {RedisReply::Type::integer}});
+    }
+    auto replies = companion_elsewhere(*redis_key)
+                       ? run_each({*redis_key, companion}, commands, Route::erase)
+                       : run_keyed(*redis_key, commands, Route::erase);
     if (!replies) {
         if (replies.error().kind == RedisErrorKind::suspended) {
             add(m_counters.skipped);
@@ -363,9 +397,7 @@ void RedisTier::probe() {
             if (refreshed.error().kind == RedisErrorKind::reply) {
                 // E.g. remote.cluster = true on a Redis that is not a cluster:
                 // no connectivity failure, so say why the tier stays connecting.
-                std::lock_guard lock(m_state_mutex);
-                if (now_ms() - m_last_topology_log_ms >= 10'000) {
-                    m_last_topology_log_ms = now_ms();
+                if (const auto suppressed = m_topology_log.take()) {
                     remote_logger().warn("Redis cluster topology not loaded: {}",
                                          refreshed.error().message);
                 }
@@ -418,7 +450,14 @@ void RedisTier::write(WriteItem item) {
         command.args.push_back(seconds ? "EX" : "PX");
         command.args.push_back(ttl);
     }
-    auto replies = run_keyed(item.key, std::span(&command, 1), Route::write, &m_abort);
+    std::vector<RedisCommand> commands{std::move(command)};
+    std::array<std::string, 2> companion;
+    if (m_options.signer) {
+        add_signature(commands, companion);
+    }
+    auto replies = companion_elsewhere(item.key)
+                       ? run_each({item.key, companion[0]}, commands, Route::write, &m_abort)
+                       : run_keyed(item.key, commands, Route::write, &m_abort);
     if (!replies && replies.error().kind == RedisErrorKind::suspended) {
         // Suspended meanwhile (in a cluster: the key's node): the entry waits
         // for the end of the cool-down.
@@ -433,12 +472,13 @@ void RedisTier::write(WriteItem item) {
         return;
     }
     if (replies) {
-        const RedisReply& reply = *replies->front();
-        if (reply.is_ok()) {
+        const auto refused = std::find_if(replies->begin(), replies->end(),
+                                          [](const auto& reply) { return !reply->is_ok(); });
+        if (refused == replies->end()) {
             add(m_counters.written);
         } else {
             add(m_counters.errors);
-            log_refused_write(item, reply.text());
+            log_refused_write(item, (*refused)->text());
         }
         m_queue.finished();
     } else if (replies.error().kind == RedisErrorKind::aborted) {
@@ -459,18 +499,14 @@ void RedisTier::write(WriteItem item) {
 
 void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason) {
     // A full Redis (-OOM) refuses every write: one line per 10 s is enough.
-    constexpr std::int64_t k_interval_ms = 10'000;
-    const auto now = now_ms();
-    auto last = m_last_refusal_log_ms.load(std::memory_order_relaxed);
-    if (now - last < k_interval_ms ||
-        !m_last_refusal_log_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-        m_refusals_unlogged.fetch_add(1, std::memory_order_relaxed);
+    const auto suppressed = m_refusal_log.take();
+    if (!suppressed) {
         return;
     }
-    const auto unlogged = m_refusals_unlogged.exchange(0, std::memory_order_relaxed);
-    remote_logger().warn(
+    remote_log().warn(
         "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
-        unlogged == 0 ? std::string() : fmt::format(" ({} more refusals not logged)", unlogged));
+        *suppressed == 0 ? std::string()
+                         : fmt::format(" ({} more refusals not logged)", *suppressed));
 }
 
 void RedisTier::flusher_loop() {

@@ -17,14 +17,18 @@
 // Every call blocks (up to its deadline): never call it on an Asio thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "daemon/store/circuit_breaker.hpp"
+#include "daemon/store/entry_signing.hpp"
+#include "daemon/store/log.hpp"
 #include "daemon/store/redis_cluster.hpp"
 #include "daemon/store/redis_context.hpp"
 #include "daemon/store/redis_pool.hpp"
@@ -52,6 +56,9 @@ struct RedisTierOptions {
     // Between probes while connecting (the breaker's cool-downs apply once
     // it has opened).
     Milliseconds probe_interval{200};
+    // Signed entries (docs/remote.md): every write also sets the companion
+    // `pt2sig:{key}`, every get checks it. Null: off.
+    std::shared_ptr<const EntrySigner> signer;
 };
 
 class RedisTier final : public Tier {
@@ -107,6 +114,13 @@ private:
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
     run_keyed(std::string_view key, std::span<const RedisCommand> commands, Route route,
               const std::atomic<bool>* abort = nullptr);
+    // Signing on, in a cluster, and the key has a '}' of its own: its
+    // companion `pt2sig:{key}` may be in another slot.
+    bool companion_elsewhere(std::string_view redis_key) const;
+    // commands[i] routed by the i-th key, one exchange each.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    run_each(std::initializer_list<std::string_view> keys, std::span<const RedisCommand> commands,
+             Route route, const std::atomic<bool>* abort = nullptr);
     // Counts a failed operation (errors, timeouts, protocol_errors).
     void count_failure(const RedisError& error);
     // Detects (remote.cluster = auto) whether the seed is a cluster node.
@@ -131,6 +145,13 @@ private:
     void update_gauges();
     void log_refused_write(const WriteItem& item, std::string_view reason);
 
+    // Signed entries (redis_tier_signed.cpp).
+    tl::expected<std::optional<Entry>, StoreError> get_signed(const std::string& redis_key);
+    // `commands` (a SET) followed by the SET of its companion, same TTL;
+    // `companion` holds the strings the new command views.
+    void add_signature(std::vector<RedisCommand>& commands,
+                       std::array<std::string, 2>& companion) const;
+
     const RedisTierOptions m_options;
     RemoteCounters& m_counters;
     RedisPool m_pool;       // gets and deletes: `pool_size` connections
@@ -147,9 +168,9 @@ private:
     std::atomic<bool> m_stopping{false};
     std::atomic<bool> m_abort{false};
     std::atomic<unsigned> m_running{0};
-    std::atomic<std::int64_t> m_last_refusal_log_ms{0};
-    std::int64_t m_last_topology_log_ms = 0; // flusher threads only, under m_state_mutex
-    std::atomic<std::uint64_t> m_refusals_unlogged{0};
+    LogThrottle m_refusal_log;
+    LogThrottle m_rejection_log;
+    LogThrottle m_topology_log;
     std::vector<std::thread> m_flushers;
 };
 

@@ -54,6 +54,8 @@ nlohmann::json remote_json(const RemoteCounters& remote, std::int64_t now_ms) {
         {"cluster_moves", load(remote.cluster_moves)},
         {"cluster_asks", load(remote.cluster_asks)},
         {"topology_refreshes", load(remote.topology_refreshes)},
+        {"rejected_unsigned", load(remote.rejected_unsigned)},
+        {"rejected_bad_signature", load(remote.rejected_bad_signature)},
         {"queue_bytes", load(remote.queue_bytes)},
         {"queue_entries", load(remote.queue_entries)},
     };

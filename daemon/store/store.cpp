@@ -413,6 +413,11 @@ nlohmann::json Store::tier_summary() const {
             {"count", m_disk->count()},
             {"capacity", m_disk->capacity()},
             {"scan_complete", m_disk->scan_complete()},
+            {"write_mode", m_disk->options().write_mode == DiskWriteMode::async ? "async" : "sync"},
+            {"queue_entries", m_disk->queued_writes()},
+            {"queue_bytes", m_disk->queued_bytes()},
+            {"queue_capacity", m_disk->options().write_queue_bytes},
+            {"queue_oldest_ms", m_disk->oldest_queued_age().count()},
         };
     }
     if (m_remote) {

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view k_size_hint = "(suffixes: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)";
 constexpr std::string_view k_url_forms =
-    "expected redis://[user:password@]host[:port][/db] or unix:///path[?db=N]";
+    "expected redis[s]://[user:password@]host[:port][/db] (rediss: TLS) or unix:///path[?db=N]";
 
 // Loads and returns the error, which must be one line.
 std::string error_of(const tl::expected<Loaded, ConfigError>& loaded) {
@@ -42,10 +42,10 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
         {"disk = 5\n", "disk: expected a table [disk], got 5"},
         {"[disk]\nmaxsize = 1\n",
          "disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level, write_mode"},
+         "compress_level, write_mode, write_queue_size"},
         {"[disk.extra]\nx = 1\n",
          "disk.extra: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level, write_mode"},
+         "compress_level, write_mode, write_queue_size"},
         {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password"},
         // wrong type
         {"[daemon]\nio_threads = \"4\"\n",
@@ -181,7 +181,7 @@ TEST_CASE("flag errors name the key", "[config][errors][flags]") {
     const Row rows[] = {
         {"disk.maxsize", "1",
          "command line: disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, "
-         "compress_threshold, compress_level, write_mode"},
+         "compress_threshold, compress_level, write_mode, write_queue_size"},
         {"disk.write_mode", "fast",
          "command line: disk.write_mode: expected one of sync, async; got \"fast\""},
         {"nosection", "1",

@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 42;
+constexpr std::size_t k_setting_count = 50;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -42,7 +42,8 @@ cache_dir = "/var/cache/p2t"
 max_size = "20GiB"
 compress_threshold = 4096
 compress_level = 19
-write_mode = "async"
+write_mode = "sync"
+write_queue_size = "16MiB"
 
 [caches]
 fx_graph_cache = true
@@ -96,7 +97,8 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.disk_max_size == 10737418240);
     CHECK(c.compress_threshold == 65536);
     CHECK(c.compress_level == 3);
-    CHECK(c.disk_write_mode == "sync");
+    CHECK(c.disk_write_mode == "async");
+    CHECK(c.disk_write_queue_size == 64ull << 20);
     CHECK(c.fx_graph_cache);
     CHECK(c.autograd_cache);
     CHECK_FALSE(c.force_disable_caches);
@@ -120,6 +122,13 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.remote_pool_size == 4);
     CHECK(c.write_behind_queue_bytes == 268435456);
     CHECK(c.remote_max_value_size == 536870912);
+    CHECK_FALSE(c.redis_tls);
+    CHECK(c.redis_tls_ca_file.empty());
+    CHECK(c.redis_tls_cert_file.empty());
+    CHECK(c.redis_tls_key_file.empty());
+    CHECK(c.redis_tls_server_name.empty());
+    CHECK(c.redis_tls_verify);
+    CHECK(c.remote_signing_key_file.empty());
     CHECK(c.resp_password.empty());
     CHECK(c.bundle_idle_timeout_s == 600);
 
@@ -161,7 +170,8 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.disk_max_size == 21474836480);
     CHECK(c.compress_threshold == 4096);
     CHECK(c.compress_level == 19);
-    CHECK(c.disk_write_mode == "async");
+    CHECK(c.disk_write_mode == "sync");
+    CHECK(c.disk_write_queue_size == 16ull << 20);
     CHECK(c.fx_graph_cache);
     CHECK_FALSE(c.autograd_cache);
     CHECK(c.force_disable_caches);
@@ -300,11 +310,11 @@ TEST_CASE("flags override the environment", "[config][load][flags]") {
                                 {"remote.port", "7003"},
                                 {"daemon.log_level", "Trace"},
                                 {"remote.read_only", "on"},
-                                {"disk.write_mode", "ASYNC"}});
+                                {"disk.write_mode", "SYNC"}});
     REQUIRE(loaded);
     const Config& c = loaded->config;
     CHECK(c.socket_path == "/tmp/p2t/flag.sock");
-    CHECK(c.disk_write_mode == "async"); // any case, stored in lower case
+    CHECK(c.disk_write_mode == "sync"); // any case, stored in lower case
     CHECK(c.disk_max_size == 2147483648);
     CHECK(c.fx_graph_cache);
     CHECK(c.autograd_cache);
@@ -406,6 +416,19 @@ TEST_CASE("a Redis URL sets the connection settings", "[config][load][remote]") 
                          "remote.password", "remote.db"}) {
             check_origin(*loaded, key, Source::environment, "TORCHINDUCTOR_REDIS_URL");
         }
+    }
+    SECTION("rediss:// turns TLS on, redis:// off") {
+        auto tls = fixture.load("[remote]\ntls_server_name = \"cache.internal\"\n",
+                                {{"TORCHINDUCTOR_REDIS_URL", "rediss://h:6380"}});
+        REQUIRE(tls);
+        CHECK(tls->config.redis_tls);
+        CHECK(tls->config.redis_tls_server_name == "cache.internal");
+        CHECK(tls->config.redis_tls_verify);
+        check_origin(*tls, "remote.tls", Source::environment, "TORCHINDUCTOR_REDIS_URL");
+        auto plain =
+            fixture.load("[remote]\ntls = true\n", {{"TORCHINDUCTOR_REDIS_URL", "redis://h:6380"}});
+        REQUIRE(plain);
+        CHECK_FALSE(plain->config.redis_tls);
     }
     SECTION("the URL wins over host and port in the same layer") {
         auto loaded = fixture.load("", {{"TORCHINDUCTOR_REDIS_URL", "redis://:pw@urlhost"},

@@ -58,6 +58,26 @@ TEST_CASE("redis:// URLs with parts left out", "[config][redis_url]") {
     }
 }
 
+TEST_CASE("rediss:// URLs ask for TLS", "[config][redis_url]") {
+    auto url = parse_redis_url("rediss://user:pw@cache.example.com:6380/2");
+    REQUIRE(url);
+    CHECK(url->tls);
+    CHECK(url->host == "cache.example.com");
+    CHECK(url->port == 6380);
+    CHECK(url->username == "user");
+    CHECK(url->db == 2);
+    CHECK(format_redis_url(*url) == "rediss://user:pw@cache.example.com:6380/2");
+    CHECK(mask_redis_url("rediss://user:pw@h") == "rediss://user:***@h");
+
+    auto plain = parse_redis_url("redis://h");
+    REQUIRE(plain);
+    CHECK_FALSE(plain->tls);
+    CHECK(format_redis_url(*plain) == "redis://h:6379");
+    auto v6 = parse_redis_url("rediss://[::1]");
+    REQUIRE(v6);
+    CHECK(format_redis_url(*v6) == "rediss://[::1]:6379");
+}
+
 TEST_CASE("unix:// URLs", "[config][redis_url]") {
     auto url = parse_redis_url("unix:///run/r.sock");
     REQUIRE(url);
@@ -80,7 +100,8 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
     };
     const Row rows[] = {
         {"http://h", "unsupported scheme \"http\"", "http://h"},
-        {"rediss://h", "unsupported scheme \"rediss\"", "rediss://h"},
+        {"redis+tls://h", "unsupported scheme \"redis+tls\"", "redis+tls://h"},
+        {"rediss://", "missing host", "rediss://"},
         {"localhost:6379", "not a URL", "localhost:6379"},
         {"redis://", "missing host", "redis://"},
         {"redis://:pw@:80", "missing host", "redis://:***@:80"},
@@ -103,8 +124,8 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
         INFO(row.url);
         auto url = parse_redis_url(row.url);
         REQUIRE_FALSE(url);
-        CHECK(url.error() == fmt::format("{} in \"{}\"; expected redis://[user:password@]"
-                                         "host[:port][/db] or unix:///path[?db=N]",
+        CHECK(url.error() == fmt::format("{} in \"{}\"; expected redis[s]://[user:password@]"
+                                         "host[:port][/db] (rediss: TLS) or unix:///path[?db=N]",
                                          row.reason, row.shown));
     }
 }

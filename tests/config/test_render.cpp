@@ -55,7 +55,8 @@ disk.cache_dir = "/home/u/.cache/pt2cache"  # default (from HOME)
 disk.max_size = 10737418240  # default
 disk.compress_threshold = 65536  # default
 disk.compress_level = 3  # default
-disk.write_mode = "sync"  # default
+disk.write_mode = "async"  # default
+disk.write_queue_size = 67108864  # default
 
 caches.fx_graph_cache = true  # default
 caches.autograd_cache = true  # default
@@ -83,6 +84,13 @@ remote.max_value_size = 536870912  # default
 remote.cluster = "auto"  # default
 remote.cluster_nodes = ""  # default
 remote.read_from_replicas = false  # default
+remote.tls = false  # default
+remote.tls_ca_file = ""  # default
+remote.tls_cert_file = ""  # default
+remote.tls_key_file = ""  # default
+remote.tls_server_name = ""  # default
+remote.tls_verify = true  # default
+remote.signing_key_file = ""  # default
 # remote.enabled = false (true when any remote switch is on)
 
 resp.password = ""  # default
@@ -161,5 +169,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 42);
+    CHECK(values_of(rendered).size() == 50);
 }

@@ -124,6 +124,17 @@ def error_reply(conn: RawConnection) -> tuple[int, int, int, str]:
     return op, status, rid, message
 
 
+def drain_disk_queue(source, timeout: float = 20.0) -> None:
+    """Waits until the disk tier's write queue (`disk.write_mode = "async"`,
+    the default) is empty, so that every acknowledged put is a file.
+    `source`: a NativeClient or a Daemon (anything with `stats()`)."""
+    def drained():
+        disk = source.stats()["tiers"]["disk"] or {}
+        return disk.get("queue_entries", 0) == 0
+
+    wait_for(drained, timeout=timeout, what="the disk write queue to drain")
+
+
 def entry_files(cache_dir: Path, ns: str | None = None) -> list[Path]:
     """Every entry file (32 hex digits) under cache_dir/v1[/ns]."""
     base = Path(cache_dir) / "v1"

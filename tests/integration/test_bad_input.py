@@ -8,8 +8,8 @@ import socket
 import struct
 
 import pytest
-from integ_helpers import (NativeClient, entry_files, error_reply, put_body, temp_files,
-                           vm_rss_kib, list_body)
+from integ_helpers import (NativeClient, drain_disk_queue, entry_files, error_reply, put_body,
+                           temp_files, vm_rss_kib, list_body)
 from pt2harness import (HEADER, MAGIC, OP, STATUS, Daemon, RawConnection, TempDir, frame,
                         hello_frame, key_body, wait_for)
 
@@ -535,5 +535,6 @@ def test_disconnect_mid_put_leaves_nothing(make_daemon):
     writer.send(data)
     assert writer.reply() == (OP["put"], STATUS["ok"], 94, b"")
     assert observer.get("fx-graph", b"half") == (STATUS["ok"], value)
+    drain_disk_queue(observer)
     assert len(entry_files(d.cache_dir, "fx-graph")) == 1
     assert observer.stats()["daemon"]["protocol_errors"] == 0

@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from integ_helpers import NativeClient, clean_env
+from integ_helpers import NativeClient, clean_env, drain_disk_queue
 from pt2harness import PT2CACHE_CLI, run_cli
 
 OK, MISS, USAGE, UNREACHABLE, SERVER = 0, 1, 2, 3, 4
@@ -322,7 +322,8 @@ def test_cli_finds_the_daemon_like_the_daemon_does(make_daemon, tmp_root):
 
 
 def test_storage_error_exits_4(make_daemon):
-    d = make_daemon("--set", "memory.max_size=0")
+    # With disk.write_mode=sync the put waits for its file, so the error is the put's.
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync")
     # A file where the namespace's directory belongs: every write there fails.
     (d.cache_dir / "v1").mkdir(parents=True, exist_ok=True)
     (d.cache_dir / "v1" / "pgo").write_text("in the way")
@@ -333,6 +334,19 @@ def test_storage_error_exits_4(make_daemon):
     assert d.cli("put", "fx-graph", "k", input=b"value").returncode == OK, "other namespaces work"
     disk = d.stats()["namespaces"]["pgo"]["disk"]
     assert disk["errors"] == 1 and disk["puts"] == 0
+
+
+def test_storage_error_of_a_queued_put_is_counted_and_logged(make_daemon):
+    # The default async mode answers the put once queued; the failed write is
+    # counted and logged, and the entry is a miss once the queue has moved on.
+    d = make_daemon("--set", "memory.max_size=0")
+    (d.cache_dir / "v1").mkdir(parents=True, exist_ok=True)
+    (d.cache_dir / "v1" / "pgo").write_text("in the way")
+    assert d.cli("put", "pgo", "k", input=b"value").returncode == OK
+    drain_disk_queue(d)
+    assert d.cli("get", "pgo", "k").returncode == MISS
+    assert d.stats()["namespaces"]["pgo"]["disk"]["errors"] == 1
+    assert "queued disk put pgo/" in d.log()
 
 
 def test_help_and_version():

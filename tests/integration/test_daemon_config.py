@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from integ_helpers import (NativeClient, clean_env, entry_files, run_daemon_once, stopwatch,
-                           wait_for_log)
+from integ_helpers import (NativeClient, clean_env, drain_disk_queue, entry_files, run_daemon_once,
+                           stopwatch, wait_for_log)
 from pt2harness import (PT2CACHE_CLI, PT2CACHED, STATUS, Daemon, RawConnection, hello_frame, wait_for)
 
 OK, MISS, USAGE, UNREACHABLE, SERVER = 0, 1, 2, 3, 4
@@ -221,6 +221,7 @@ def test_fx_graph_cache_off_keeps_other_namespaces(make_daemon):
     for ns in ("pgo", "autotune"):
         assert d.cli("put", ns, "k", input=b"kept").returncode == OK
         assert d.cli("get", ns, "k").stdout == b"kept"
+    drain_disk_queue(d)
     assert entry_files(d.cache_dir, "fx-graph") == []
     assert len(entry_files(d.cache_dir, "pgo")) == 1
     # With FX off, AOTAutograd is off too (it needs FX entries), with a warning.

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from integ_helpers import (NativeClient, clean_env, entry_files, stopwatch)
+from integ_helpers import (NativeClient, clean_env, drain_disk_queue, entry_files, stopwatch)
 from pt2harness import (OP, PT2CACHE_CLI, PT2CACHED, RawConnection, frame, hello_frame, wait_for)
 
 OK, MISS, USAGE, UNREACHABLE, SERVER = 0, 1, 2, 3, 4
@@ -100,6 +100,7 @@ def test_second_daemon_on_same_socket_fails(make_daemon, tmp_root):
 def test_stale_socket_after_kill_9_is_taken_over(make_daemon):
     d = make_daemon()
     assert d.cli("put", "pgo", "k", input=b"before the crash").returncode == OK
+    drain_disk_queue(d)  # written: kill -9 loses only what is still queued
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(10)
     assert stat.S_ISSOCK(d.socket.lstat().st_mode), "kill -9 leaves the socket file behind"

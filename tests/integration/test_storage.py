@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from integ_helpers import (NativeClient, entry_bytes, entry_files, temp_files, wait_for_log)
+from integ_helpers import (NativeClient, drain_disk_queue, entry_bytes, entry_files, temp_files,
+                           wait_for_log)
 from pt2harness import STATUS, wait_for
 
 OK, MISS = 0, 1
@@ -42,10 +43,13 @@ def test_lru_eviction_keeps_recent_and_hot_entries(make_daemon):
     for i in range(count):
         assert conn.put("autotune", key(i), values[i]) == STATUS["ok"]
         if i % 8 == 7:
+            # Recency is the write's: let the puts before this read land first.
+            drain_disk_queue(conn)
             for h in hot:
                 status, body = conn.get("autotune", key(h))
                 assert (status, body == values[h]) == (STATUS["ok"], True), (i, h)
 
+    drain_disk_queue(conn)
     wait_for(lambda: entry_bytes(d.cache_dir) <= limit, timeout=15,
              what="the disk tier to shrink to disk.max_size")
     files = entry_files(d.cache_dir, "autotune")
@@ -87,6 +91,7 @@ def test_eviction_order_survives_restart(make_daemon):
     values = {i: os.urandom(64 << 10) for i in range(12)}  # 768 KiB: fits
     for i, value in values.items():
         assert conn.put("pgo", b"k%d" % i, value) == STATUS["ok"]
+        drain_disk_queue(conn)  # written now: each file's mtime is its put's
         time.sleep(0.01)  # distinct mtimes
     time.sleep(0.05)
     assert conn.get("pgo", b"k0")[0] == STATUS["ok"]  # k0 becomes the most recent
@@ -100,6 +105,7 @@ def test_eviction_order_survives_restart(make_daemon):
     # 6 more entries push it over 1 MiB: the least recent go first.
     for i in range(12, 18):
         assert conn.put("pgo", b"k%d" % i, os.urandom(64 << 10)) == STATUS["ok"]
+    drain_disk_queue(conn)
     wait_for(lambda: entry_bytes(d.cache_dir) <= 1 << 20, what="eviction after restart")
     assert conn.get("pgo", b"k0")[0] == STATUS["ok"], "the entry read before the restart was evicted"
     assert conn.get("pgo", b"k1")[0] == STATUS["miss"], "the oldest entry survived"
@@ -212,8 +218,10 @@ def test_entry_at_another_keys_path_is_not_served(make_daemon):
     # for that key, and left alone.
     d = make_daemon("--set", "memory.max_size=0")
     assert d.cli("put", "pgo", "a", input=b"value of a").returncode == OK
+    drain_disk_queue(d)
     path_a = only_entry(d.cache_dir, "pgo")
     assert d.cli("put", "pgo", "b", input=b"value of b").returncode == OK
+    drain_disk_queue(d)
     path_b = next(p for p in entry_files(d.cache_dir, "pgo") if p != path_a)
     path_b.write_bytes(path_a.read_bytes())
     r = d.cli("get", "pgo", "b")
@@ -226,6 +234,7 @@ def test_corruption_while_running_without_memory_tier(make_daemon):
     d = make_daemon("--set", "memory.max_size=0")
     value = os.urandom(100_000)
     assert d.cli("put", "autotune", "k", input=value).returncode == OK
+    drain_disk_queue(d)
     path = only_entry(d.cache_dir, "autotune")
     data = bytearray(path.read_bytes())
     data[-20] ^= 1
@@ -346,6 +355,7 @@ def test_stray_files_are_ignored(make_daemon):
 def test_compression(make_daemon, name, value, compressed):
     d = make_daemon("--set", "memory.max_size=0")
     assert d.cli("put", "fx-graph", name, input=value).returncode == OK
+    drain_disk_queue(d)
     size = only_entry(d.cache_dir, "fx-graph").stat().st_size
     if compressed:
         assert size < len(value) // 10, (size, len(value))

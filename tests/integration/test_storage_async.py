@@ -4,6 +4,7 @@ queued, written behind, and everything queued is on disk after a SIGTERM."""
 from __future__ import annotations
 
 import os
+import threading
 
 from integ_helpers import (NativeClient, clean_env, entry_files, run_daemon_once, temp_files,
                            wait_for_log)
@@ -62,13 +63,61 @@ def test_print_config_shows_write_mode(tmp_root):
     env = clean_env(HOME=str(tmp_root / "home"), XDG_CONFIG_HOME=str(tmp_root / "cfghome"))
     default = run_daemon_once("--print-config", env=env)
     assert default.returncode == 0
-    assert 'disk.write_mode = "sync"  # default' in default.stdout.decode().splitlines()
+    lines = default.stdout.decode().splitlines()
+    assert 'disk.write_mode = "async"  # default' in lines
+    assert 'disk.write_queue_size = 67108864  # default' in lines
 
-    chosen = run_daemon_once("--print-config", *ASYNC, env=env)
+    chosen = run_daemon_once("--print-config", "--set", "disk.write_mode=sync", env=env)
     assert chosen.returncode == 0
-    assert 'disk.write_mode = "async"  # flag' in chosen.stdout.decode().splitlines()
+    assert 'disk.write_mode = "sync"  # flag' in chosen.stdout.decode().splitlines()
 
     bad = run_daemon_once("--print-config", "--set", "disk.write_mode=later", env=env)
     assert bad.returncode == 2
     assert bad.stderr.decode().strip() == (
         'pt2cached: command line: disk.write_mode: expected one of sync, async; got "later"')
+
+
+def test_stats_show_the_write_queue(make_daemon):
+    d = make_daemon("--set", "disk.write_queue_size=2MiB")
+    disk = d.stats()["tiers"]["disk"]
+    assert (disk["write_mode"], disk["queue_capacity"]) == ("async", 2 << 20)
+    assert (disk["queue_entries"], disk["queue_bytes"], disk["queue_oldest_ms"]) == (0, 0, 0)
+    out = d.cli("stats", check=True).stdout.decode()
+    assert "write queue 0 entries, 0 B of 2.0 MiB, oldest 0 ms" in out
+
+    d.stop()
+    d.args += ["--set", "disk.write_mode=sync"]
+    d.start()
+    assert d.stats()["tiers"]["disk"]["write_mode"] == "sync"
+    assert "write queue" not in d.cli("stats", check=True).stdout.decode()
+
+
+def test_a_full_queue_slows_writers_and_drops_nothing(make_daemon):
+    # 16 writers push 48 MiB through a 1 MiB queue: puts wait for room.
+    d = make_daemon("--set", "disk.write_queue_size=1MiB", "--set", "memory.max_size=0")
+    values = {b"w%02d-%02d" % (w, i): os.urandom(192 << 10) for w in range(16) for i in range(16)}
+    errors = []
+
+    def writer(w):
+        conn = NativeClient(d.socket)
+        for i in range(16):
+            key = b"w%02d-%02d" % (w, i)
+            if conn.put("fx-graph", key, values[key]) != STATUS["ok"]:
+                errors.append(key)
+        conn.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    conn = NativeClient(d.socket)
+    disk = conn.stats()["tiers"]["disk"]
+    assert disk["queue_bytes"] <= 1 << 20 or disk["queue_entries"] == 1
+    for key, value in values.items():
+        assert conn.get("fx-graph", key) == (STATUS["ok"], value), key
+    conn.close()
+    assert d.stop() == 0
+    assert len(entry_files(d.cache_dir, "fx-graph")) == len(values)

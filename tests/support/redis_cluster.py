@@ -16,10 +16,12 @@ context manager, or in a fixture's `finally`).
         cluster.restart(node)               # comes back as a replica of `promoted`
         cluster.reshard(promoted, other, 10)
 
-TLS: pass `tls=TlsFiles(ca, cert, key)`; the nodes then listen with TLS only
-(`--port 0 --tls-port P --tls-cluster yes --tls-replication yes`), and
-redis-cli and `command()` use the same files. Any other server option goes in
-`extra_args`.
+TLS (NOT WORKING YET): `tls=TlsFiles(ca, cert, key)` starts the nodes with TLS
+only (`--port 0 --tls-port P --tls-cluster yes --tls-replication yes`) and
+gives redis-cli and `command()` the same files, but with redis-server 7.0.15
+here `redis-cli --cluster create` then waits forever for the nodes to join
+(start() fails after its timeout); no test uses it. Any other server option
+goes in `extra_args`.
 
 As a program (to try a daemon by hand; Ctrl-C stops the cluster):
 

@@ -7,6 +7,7 @@ restores them), and remote.cluster = auto on a cluster and on a single node."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 import tempfile
@@ -300,3 +301,50 @@ def test_cluster_true_on_a_single_node_stays_local_and_says_why(make_daemon, red
     _, inner = fx_key("no-topology")
     assert client.put("fx-graph", inner, b"local") == OK
     assert client.get("fx-graph", inner) == (OK, b"local")
+
+
+def test_cluster_with_signing(cluster, make_daemon, tmp_root):
+    """Signed entries in a cluster: value and companion `pt2sig:{key}` in one
+    slot, written in one exchange and read with one MGET routed by the key."""
+    keys = tmp_root / "signing.keys"
+    keys.write_text(os.urandom(32).hex() + "\n")
+    os.chmod(keys, 0o600)
+
+    def daemon(sub):
+        return cluster_daemon(make_daemon, cluster, sub, signing_key_file=keys)
+    writer = daemon("writer")
+    entries = [fx_key(f"signed-{i}") for i in range(12)]
+    client = Native(writer.socket)
+    for n, (_, inner) in enumerate(entries):
+        assert client.put("fx-graph", inner, b"signed-%d" % n) == OK
+    wait_for(lambda: remote_stats(writer)["written"] == len(entries), what="the writes",
+             timeout=15)
+    owners = set()
+    for n, (redis_key, _) in enumerate(entries):
+        owner = cluster.master_for_key(redis_key)
+        owners.add(owner.port)
+        assert get_on(cluster, owner, redis_key) == b"signed-%d" % n
+        assert get_on(cluster, owner, "pt2sig:{" + redis_key + "}").startswith(b"v1:")
+    assert len(owners) == 3
+    reader = Native(daemon("reader").socket)
+    for n, (_, inner) in enumerate(entries):
+        assert reader.get("fx-graph", inner) == (OK, b"signed-%d" % n)
+    # A key with a '}' of its own: its companion may be in another slot.
+    odd = [f"odd}}key-{i}" for i in range(6)]
+    assert any(key_slot(k) != key_slot("pt2sig:{" + k + "}") for k in odd)
+    for k in odd:
+        assert client.put("redis", k, b"odd " + k.encode()) == OK
+    wait_for(lambda: remote_stats(writer)["written"] == len(entries) + len(odd),
+             what="the odd writes", timeout=15)
+    for k in odd:
+        assert reader.get("redis", k) == (OK, b"odd " + k.encode())
+    # A value altered in Redis is a counted miss.
+    redis_key, inner = fx_key("signed-tampered")
+    assert client.put("fx-graph", inner, b"good") == OK
+    wait_for(lambda: remote_stats(writer)["written"] == len(entries) + len(odd) + 1,
+             what="the write")
+    cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"evil")
+    third = daemon("third")
+    assert Native(third.socket).get("fx-graph", inner) == (MISS, b"")
+    stats = remote_stats(third)
+    assert stats["rejected_bad_signature"] == 1 and stats["errors"] == 0

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // DiskTier with `DiskWriteMode::async`: puts are queued and written behind.
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -125,6 +126,23 @@ TEST_CASE("async disk tier serves queued entries before they are written", "[sto
     tier.wait_for_writes();
     CHECK(fs::exists(entry_path(dir.path(), "fx-graph", "k")));
     CHECK(value_of(tier, "fx-graph", "k") == "queued");
+}
+
+TEST_CASE("async disk tier reports the age of its oldest queued write", "[store][disk][async]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), async_options(), stats);
+    CHECK(tier.oldest_queued_age() == std::chrono::milliseconds{0});
+    tier.pause_writes(true);
+    REQUIRE(tier.put("fx-graph", "first", make_entry("1")));
+    std::this_thread::sleep_for(std::chrono::milliseconds{60});
+    REQUIRE(tier.put("fx-graph", "second", make_entry("2")));
+    // The first write's age, not the newest one's.
+    CHECK(tier.oldest_queued_age() >= std::chrono::milliseconds{60});
+    tier.pause_writes(false);
+    tier.wait_for_writes();
+    CHECK(tier.queued_writes() == 0);
+    CHECK(tier.oldest_queued_age() == std::chrono::milliseconds{0});
 }
 
 TEST_CASE("async disk tier writes everything queued when destroyed", "[store][disk][async]") {

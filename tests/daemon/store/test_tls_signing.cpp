@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+// TLS transport deadlines and configuration errors (the TLS cases against a
+// real redis-server are in tests/daemon/remote/test_remote_tls.py), and the
+// entry signer: the docs/remote.md format (a known-answer vector computed
+// independently with Python's hmac), tampering, rotation, key file checks.
+#include <chrono>
+#include <fstream>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/store/entry_signing.hpp"
+#include "daemon/store/redis_context.hpp"
+#include "daemon/store/tls_transport.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+using namespace pt2cache::daemon::store;
+using namespace std::chrono_literals;
+using pt2cache::tests::TempDir;
+
+namespace {
+
+// A TCP listener on 127.0.0.1 that never accepts: connects succeed (the
+// kernel completes them), and nothing is ever said.
+class SilentListener {
+public:
+    SilentListener() {
+        m_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(m_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+        REQUIRE(::listen(m_fd, 16) == 0);
+        socklen_t size = sizeof(address);
+        REQUIRE(::getsockname(m_fd, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+        m_port = ntohs(address.sin_port);
+    }
+    ~SilentListener() { ::close(m_fd); }
+    std::uint16_t port() const { return m_port; }
+
+private:
+    int m_fd = -1;
+    std::uint16_t m_port = 0;
+};
+
+constexpr std::string_view k_key_a =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+constexpr std::string_view k_key_b =
+    "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+
+EntrySigner signer_of(std::string_view text) {
+    auto signer = EntrySigner::parse(text, "test");
+    REQUIRE(signer);
+    return std::move(*signer);
+}
+
+} // namespace
+
+TEST_CASE("a TLS handshake with a silent server ends at the deadline", "[store][tls]") {
+    SilentListener listener;
+    TlsOptions options;
+    options.verify = false;
+    auto context = TlsContext::make(options);
+    REQUIRE(context);
+    RedisEndpoint endpoint;
+    endpoint.host = "127.0.0.1";
+    endpoint.port = listener.port();
+    endpoint.connect_timeout = 200ms;
+    endpoint.op_timeout = 300ms;
+    endpoint.tls = *context;
+    CHECK(endpoint.describe() == "rediss://127.0.0.1:" + std::to_string(listener.port()));
+
+    const auto started = std::chrono::steady_clock::now();
+    auto connection = RedisConnection::open(endpoint);
+    const auto took = std::chrono::steady_clock::now() - started;
+    REQUIRE_FALSE(connection);
+    CHECK(connection.error().kind == RedisErrorKind::timeout);
+    CHECK(connection.error().message.find("TLS handshake: no answer within") != std::string::npos);
+    CHECK(took >= 290ms);
+    CHECK(took < 300ms + 200ms + 250ms); // op + connect timeouts, and scheduling slack
+
+    // An abort flag cuts it short.
+    std::atomic<bool> abort{true};
+    auto aborted = RedisConnection::open(endpoint, std::chrono::steady_clock::now() + 10s, &abort);
+    REQUIRE_FALSE(aborted);
+    CHECK(aborted.error().kind == RedisErrorKind::aborted);
+}
+
+TEST_CASE("TLS configuration errors name the file", "[store][tls]") {
+    TempDir dir;
+    TlsOptions options;
+    options.ca_file = (dir / "missing.pem").string();
+    auto missing = TlsContext::make(options);
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error().find("cannot load the CA file " + options.ca_file) == 0);
+
+    TlsOptions key_only;
+    key_only.key_file = "/nonexistent.key";
+    auto lone_key = TlsContext::make(key_only);
+    REQUIRE_FALSE(lone_key);
+    CHECK(lone_key.error().find("without remote.tls_cert_file") != std::string::npos);
+}
+
+TEST_CASE("entry signatures: the documented format", "[store][signing]") {
+    const auto signer = signer_of(std::string(k_key_a) + "\n");
+    const std::string key = "pt2:fx-graph-v1::fabc:c1";
+    // hmac.new(bytes(range(32)), b"pt2cache-sig-v1\0" + len(key).to_bytes(8, "big") + key
+    //          + b"hello", sha256); key id: sha256(b"pt2cache-key-id-v1\0" + key)[:4].
+    const std::string expected =
+        "v1:49cc93c9:fe9d180121654b3f2bbde983545d8ec4399bbeae6fc6ad26ab945661f9e69cd0";
+    CHECK(signer.sign(key, "hello") == expected);
+    CHECK(signer.sign(key, "hello").size() == EntrySigner::k_signature_size);
+    CHECK(signer.signing_key_id() == "49cc93c9");
+    CHECK(signer.verify(key, "hello", expected));
+    CHECK(signature_key(key) == "pt2sig:{pt2:fx-graph-v1::fabc:c1}");
+    CHECK(signature_shares_slot(key));
+    CHECK_FALSE(signature_shares_slot("a}b"));
+}
+
+TEST_CASE("entry signatures reject tampering and foreign keys", "[store][signing]") {
+    const auto a = signer_of(k_key_a);
+    const auto b = signer_of(k_key_b);
+    const std::string key = "pt2:fx-graph-v1::fabc:c1";
+    const std::string value(100000, 'v');
+    const auto signature = a.sign(key, value);
+    CHECK(a.verify(key, value, signature));
+    CHECK_FALSE(a.verify(key, value + "x", signature));    // value changed
+    CHECK_FALSE(a.verify(key + "x", value, signature));    // moved to another key
+    CHECK_FALSE(a.verify(key, value, b.sign(key, value))); // another key signed it
+    CHECK_FALSE(b.verify(key, value, signature));
+    CHECK_FALSE(a.verify(key, value, ""));
+    CHECK_FALSE(a.verify(key, value, signature.substr(0, 75)));
+    auto flipped = signature;
+    flipped.back() = flipped.back() == '0' ? '1' : '0';
+    CHECK_FALSE(a.verify(key, value, flipped));
+    // The length prefix separates key from value: "ab" + "c" is not "a" + "bc".
+    CHECK_FALSE(a.verify("a", "bc", a.sign("ab", "c")));
+}
+
+TEST_CASE("entry signatures: rotation", "[store][signing]") {
+    const std::string key = "pt2:autotune::t1:c1";
+    const auto old_only = signer_of(k_key_a);
+    const auto rotated =
+        signer_of(fmt::format("# new key first\n{}\n\n  {}  \n", k_key_b, k_key_a));
+    CHECK(rotated.key_count() == 2);
+    const auto old_signature = old_only.sign(key, "v");
+    CHECK(rotated.verify(key, "v", old_signature)); // old entries still verify
+    const auto new_signature = rotated.sign(key, "v");
+    CHECK(new_signature != old_signature); // new ones are signed by the first key
+    CHECK(signer_of(k_key_b).verify(key, "v", new_signature));
+    CHECK_FALSE(old_only.verify(key, "v", new_signature));
+}
+
+TEST_CASE("signing key files: format errors", "[store][signing]") {
+    const auto error = [](std::string_view text) {
+        auto signer = EntrySigner::parse(text, "keys");
+        REQUIRE_FALSE(signer);
+        return signer.error();
+    };
+    CHECK(error("").find("keys: no key") == 0);
+    CHECK(error("# only a comment\n").find("keys: no key") == 0);
+    CHECK(error("abcd\n").find("keys line 1: 4 characters") == 0);
+    CHECK(error(std::string(k_key_a) + "\n" + std::string(63, 'a') + "z\n")
+              .find("keys line 2: not a hex digit") == 0);
+    std::string many;
+    for (int i = 0; i < 17; ++i) {
+        many += std::string(k_key_a) + "\n";
+    }
+    CHECK(error(many).find("more than 16 keys") != std::string::npos);
+}
+
+TEST_CASE("signing key files: only the owner may read them", "[store][signing]") {
+    TempDir dir;
+    const auto path = dir / "keys";
+    std::ofstream(path) << k_key_a << "\n";
+    ::chmod(path.c_str(), 0644);
+    auto open_to_all = EntrySigner::load(path);
+    REQUIRE_FALSE(open_to_all);
+    CHECK(open_to_all.error().find("mode 0644") != std::string::npos);
+    CHECK(open_to_all.error().find("chmod 600") != std::string::npos);
+    ::chmod(path.c_str(), 0640);
+    CHECK_FALSE(EntrySigner::load(path));
+    ::chmod(path.c_str(), 0600);
+    auto loaded = EntrySigner::load(path);
+    REQUIRE(loaded);
+    CHECK(loaded->signing_key_id() == "49cc93c9");
+    auto missing = EntrySigner::load(dir / "none");
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error().find("cannot open the signing key file") == 0);
+    auto directory = EntrySigner::load(dir.path());
+    CHECK_FALSE(directory);
+    if (::geteuid() == 0) { // root can give the file away: another user's key file
+        REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+        auto foreign = EntrySigner::load(path);
+        REQUIRE_FALSE(foreign);
+        CHECK(foreign.error().find("owned by uid 65534, not by uid 0") != std::string::npos);
+    }
+}
