@@ -68,8 +68,11 @@ struct Config {
     unsigned remote_pool_size = 4;            // 1..64
     std::uint64_t write_behind_queue_bytes = 256ull << 20;
     std::uint64_t remote_max_value_size = 512ull << 20; // 1 .. 4 GiB-1, Redis's proto-max-bulk-len
-    bool redis_tls = false;                             // TLS to Redis (a rediss:// URL sets it)
-    std::string redis_tls_ca_file;                      // PEM CA bundle; empty: the system's
+    std::string remote_cluster = "auto";                // "auto" (INFO cluster) | "true" | "false"
+    std::string remote_cluster_nodes; // more seed nodes: URLs separated by commas or spaces
+    bool remote_read_from_replicas = false;
+    bool redis_tls = false;              // TLS to Redis (a rediss:// URL sets it)
+    std::string redis_tls_ca_file;       // PEM CA bundle; empty: the system's
     std::string redis_tls_cert_file;     // PEM client certificate (chain), for mutual TLS
     std::string redis_tls_key_file;      // its private key; empty: in redis_tls_cert_file
     std::string redis_tls_server_name;   // SNI and the name verified; empty: the host

@@ -310,6 +310,10 @@ void Server::reload() {
         {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
          "remote.write_behind_queue_bytes"},
         {fresh.remote_max_value_size != old.remote_max_value_size, "remote.max_value_size"},
+        {fresh.remote_cluster != old.remote_cluster ||
+             fresh.remote_cluster_nodes != old.remote_cluster_nodes ||
+             fresh.remote_read_from_replicas != old.remote_read_from_replicas,
+         "remote.cluster/cluster_nodes/read_from_replicas"},
         {fresh.redis_tls != old.redis_tls || fresh.redis_tls_ca_file != old.redis_tls_ca_file ||
              fresh.redis_tls_cert_file != old.redis_tls_cert_file ||
              fresh.redis_tls_key_file != old.redis_tls_key_file ||

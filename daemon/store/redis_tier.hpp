@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "daemon/store/circuit_breaker.hpp"
 #include "daemon/store/entry_signing.hpp"
 #include "daemon/store/log.hpp"
+#include "daemon/store/redis_cluster.hpp"
 #include "daemon/store/redis_context.hpp"
 #include "daemon/store/redis_pool.hpp"
 #include "daemon/store/stats.hpp"
@@ -36,8 +38,14 @@
 
 namespace pt2cache::daemon::store {
 
+// remote.cluster: `detect` asks the seed's INFO cluster (cluster_enabled:1).
+enum class ClusterMode { off, on, detect };
+
 struct RedisTierOptions {
     RedisEndpoint endpoint;
+    ClusterMode cluster = ClusterMode::off;
+    std::vector<RedisEndpoint> cluster_seeds; // remote.cluster_nodes
+    bool read_from_replicas = false;
     unsigned pool_size = 4;     // for gets and deletes; each flusher has one more of its own
     std::uint64_t expire_s = 0; // TTL of every write; 0: none
     std::uint64_t max_value_size = 512ULL << 20; // Redis's proto-max-bulk-len default
@@ -90,8 +98,33 @@ public:
         return m_options.endpoint.connect_timeout + m_options.endpoint.op_timeout;
     }
 
+    // Whether the Redis is a cluster (false also while not yet known).
+    bool cluster_active() const { return m_mode.load() == Mode::cluster; }
+    bool cluster_mode_known() const { return m_mode.load() != Mode::unknown; }
+    const RedisCluster* cluster() const { return m_cluster.get(); }
+
 private:
     using Admission = CircuitBreaker::Admission;
+    using Route = RedisCluster::Route;
+    enum class Mode { unknown, single, cluster };
+
+    // Runs `commands` about `key`: on the cluster node serving it, or on the
+    // one Redis (the gets pool, or the flushers' for Route::write). A request
+    // the breaker (the node's, in a cluster) refuses fails with `suspended`.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    run_keyed(std::string_view key, std::span<const RedisCommand> commands, Route route,
+              const std::atomic<bool>* abort = nullptr);
+    // Signing on, in a cluster, and the key has a '}' of its own: its
+    // companion `pt2sig:{key}` may be in another slot.
+    bool companion_elsewhere(std::string_view redis_key) const;
+    // commands[i] routed by the i-th key, one exchange each.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    run_each(std::initializer_list<std::string_view> keys, std::span<const RedisCommand> commands,
+             Route route, const std::atomic<bool>* abort = nullptr);
+    // Counts a failed operation (errors, timeouts, protocol_errors).
+    void count_failure(const RedisError& error);
+    // Detects (remote.cluster = auto) whether the seed is a cluster node.
+    void detect_mode(Admission admission);
 
     // The breaker's admission for a get or delete; refused as well while a
     // failure has not been followed by a successful probe.
@@ -113,8 +146,7 @@ private:
     void log_refused_write(const WriteItem& item, std::string_view reason);
 
     // Signed entries (redis_tier_signed.cpp).
-    tl::expected<std::optional<Entry>, StoreError> get_signed(const std::string& redis_key,
-                                                              Admission admission);
+    tl::expected<std::optional<Entry>, StoreError> get_signed(const std::string& redis_key);
     // `commands` (a SET) followed by the SET of its companion, same TTL;
     // `companion` holds the strings the new command views.
     void add_signature(std::vector<RedisCommand>& commands,
@@ -124,6 +156,8 @@ private:
     RemoteCounters& m_counters;
     RedisPool m_pool;       // gets and deletes: `pool_size` connections
     RedisPool m_write_pool; // the flushers' own (one each): writes never hold up gets
+    std::unique_ptr<RedisCluster> m_cluster; // unless remote.cluster = false
+    std::atomic<Mode> m_mode{Mode::unknown};
     CircuitBreaker m_breaker;
     WriteBehindQueue m_queue;
 
@@ -136,6 +170,7 @@ private:
     std::atomic<unsigned> m_running{0};
     LogThrottle m_refusal_log;
     LogThrottle m_rejection_log;
+    LogThrottle m_topology_log;
     std::vector<std::thread> m_flushers;
 };
 

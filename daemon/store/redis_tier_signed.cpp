@@ -40,18 +40,41 @@ void RedisTier::add_signature(std::vector<RedisCommand>& commands,
     commands.push_back(std::move(command));
 }
 
-tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::string& redis_key,
-                                                                     Admission admission) {
+tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::string& redis_key) {
     const auto companion = signature_key(redis_key);
-    // One round trip for both (one slot in a cluster when
-    // signature_shares_slot(redis_key)).
+    // One round trip for both; in a cluster, routed by the value's key (the
+    // companion's hash tag puts it in the same slot). A key with a '}' of its
+    // own may have its companion elsewhere: two GETs, each routed by its key,
+    // assembled as the MGET's reply.
+    const bool split = companion_elsewhere(redis_key);
     const RedisCommand command{{"MGET", redis_key, companion}, {RedisReply::Type::array}};
-    auto replies = execute(m_pool, std::span(&command, 1), admission);
+    const RedisCommand gets[2] = {
+        {{"GET", redis_key}, {RedisReply::Type::string, RedisReply::Type::nil}},
+        {{"GET", companion}, {RedisReply::Type::string, RedisReply::Type::nil}}};
+    auto replies = run_keyed(redis_key, std::span(split ? &gets[0] : &command, 1), Route::read);
+    if (replies && split) {
+        auto second = run_keyed(companion, std::span(&gets[1], 1), Route::read);
+        if (!second) {
+            replies = tl::make_unexpected(std::move(second.error()));
+        } else {
+            auto both = std::make_unique<RedisReply>();
+            both->type = RedisReply::Type::array;
+            both->elements.push_back(std::move(replies->front()));
+            both->elements.push_back(std::move(second->front()));
+            replies->front() = std::move(both);
+        }
+    }
     if (!replies) {
-        const bool timeout = replies.error().kind == RedisErrorKind::timeout ||
-                             replies.error().kind == RedisErrorKind::exhausted;
-        return tl::make_unexpected(
-            StoreError{timeout ? Failure::timeout : Failure::io, replies.error().message});
+        const auto kind = replies.error().kind;
+        if (kind == RedisErrorKind::suspended) {
+            add(m_counters.skipped);
+        }
+        const bool timeout = kind == RedisErrorKind::timeout || kind == RedisErrorKind::exhausted;
+        return tl::make_unexpected(StoreError{kind == RedisErrorKind::suspended
+                                                  ? Failure::unavailable
+                                              : timeout ? Failure::timeout
+                                                        : Failure::io,
+                                              replies.error().message});
     }
     const RedisReply& reply = *replies->front();
     if (reply.type != RedisReply::Type::array || reply.elements.size() != 2 ||

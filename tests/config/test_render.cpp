@@ -81,6 +81,9 @@ remote.op_timeout_ms = 1000  # default
 remote.pool_size = 4  # default
 remote.write_behind_queue_bytes = 268435456  # default
 remote.max_value_size = 536870912  # default
+remote.cluster = "auto"  # default
+remote.cluster_nodes = ""  # default
+remote.read_from_replicas = false  # default
 remote.tls = false  # default
 remote.tls_ca_file = ""  # default
 remote.tls_cert_file = ""  # default
@@ -168,5 +171,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 48);
+    CHECK(values_of(rendered).size() == 51);
 }
