@@ -1,5 +1,5 @@
 """The Redis side of fleet-sim: one redis-server, or a Redis Cluster of
-masters + replicas on loopback ports. Both offer the same small interface:
+masters + replicas on loopback ports (tests/support/redis_cluster.py). Both offer the same small interface:
 ports, seed, fail_one() (kill a master; for a cluster, wait for its replica
 to take over) and recover() (bring it back), stop().
 """
@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .redis_stats import wait_until
 
 
 def _node_client(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5, socket_connect_timeout=0.3,
-                       protocol=2)
+                       protocol=2, retry=Retry(NoBackoff(), 0))
 
 
 class _Node:
@@ -72,6 +76,9 @@ class SingleRedis:
         self.seed = port
         self.events: list[tuple[float, str]] = []
 
+    def take_own_calls(self) -> dict[str, int]:
+        return {}
+
     def start(self) -> "SingleRedis":
         self.node.start()
         return self
@@ -89,94 +96,75 @@ class SingleRedis:
         self.node.stop()
 
 
-class RedisClusterNodes:
-    """`masters` masters with one replica each, node timeout `node_timeout_ms`.
+class ClusterNodes:
+    """tests/support/redis_cluster.py's RedisCluster: `masters` masters with
+    one replica each, cluster-node-timeout `node_timeout_ms`.
 
-    fail_one() SIGKILLs the master of slot 0's shard and returns when its
-    replica is a master with cluster_state ok; recover() restarts the old
-    master, which rejoins as a replica of its old replica.
+    fail_one() SIGKILLs the master of slot 0 and returns once its replica has
+    taken over and every live node agrees; recover() restarts the old master
+    and waits until it has rejoined as a replica with its link up.
     """
 
     cluster = True
 
-    def __init__(self, root: Path, ports: list[int], node_timeout_ms: int = 1000):
-        self.root = root
-        self.ports = list(ports)
-        self.seed = ports[0]
-        cluster_args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", str(node_timeout_ms),
-                        "--cluster-replica-validity-factor", "0")
-        self.nodes = {p: _Node(root, p, *cluster_args) for p in self.ports}
+    def __init__(self, root: Path, masters: int = 3, node_timeout_ms: int = 1000):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+        from redis_cluster import RedisCluster
+        self.impl = RedisCluster(root, masters=masters, replicas=1,
+                                 node_timeout_ms=node_timeout_ms,
+                                 extra_args=["--maxclients", "4000"])
+        self.ports: list[int] = []
+        self.seed = 0
         self.events: list[tuple[float, str]] = []
+        # The launcher's own commands (CLUSTER INFO/SLOTS polls, PINGs), so
+        # that the figures count only what the clients sent.
+        self._own: dict[str, int] = {}
+        self._own_lock = threading.Lock()
+        command = self.impl.command
 
-    def start(self) -> "RedisClusterNodes":
-        for node in self.nodes.values():
-            node.start()
-        addresses = [f"127.0.0.1:{p}" for p in self.ports]
-        out = subprocess.run(["redis-cli", "--cluster", "create", *addresses,
-                              "--cluster-replicas", "1", "--cluster-yes"],
-                             capture_output=True, timeout=60)
-        if out.returncode != 0:
-            raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout[-2000:]!r}")
-        if not wait_until(self.healthy, 30, 0.1):
-            raise RuntimeError("the cluster did not reach cluster_state:ok with all replicas")
+        def counted(node, *args, **kwargs):
+            name = str(args[0]).lower()
+            if name in ("cluster", "client", "config") and len(args) > 1:
+                name += "|" + str(args[1]).lower()
+            with self._own_lock:
+                self._own[name] = self._own.get(name, 0) + 1
+            return command(node, *args, **kwargs)
+        self.impl.command = counted
+
+    def take_own_calls(self) -> dict[str, int]:
+        with self._own_lock:
+            own, self._own = self._own, {}
+        return own
+
+    def start(self) -> "ClusterNodes":
+        self.impl.start()
+        self.ports = [n.port for n in self.impl.nodes()]
+        self.seed = self.ports[0]
+        self.take_own_calls()
         return self
 
-    def _info(self, port: int, section: str):
-        try:
-            return _node_client(port).info(section)
-        except (redis.RedisError, OSError):
-            return None
-
-    def healthy(self) -> bool:
-        masters = replicas = 0
-        for port in self.ports:
-            try:
-                state = _node_client(port).execute_command("CLUSTER", "INFO")
-            except (redis.RedisError, OSError):
-                return False
-            text = state.decode() if isinstance(state, bytes) else str(state)
-            if "cluster_state:ok" not in text:
-                return False
-            info = self._info(port, "replication")
-            if info is None:
-                return False
-            if info["role"] == "master":
-                masters += 1
-            elif info.get("master_link_status") == "up":
-                replicas += 1
-        return masters + replicas == len(self.ports) and replicas >= 1
-
-    def master_of_slot0(self) -> tuple[int, int]:
-        slots = _node_client(self.seed).execute_command("CLUSTER", "SLOTS")
-        for start, _end, master, *replicas in slots:
-            if int(start) == 0:
-                return int(master[1]), int(replicas[0][1])
-        raise RuntimeError("no shard serves slot 0")
-
-    def fail_one(self) -> int:
-        master, replica = self.master_of_slot0()
-        self.nodes[master].kill()
-        self.events.append((time.time(), f"killed master :{master}"))
-        promoted = wait_until(lambda: (self._info(replica, "replication") or {})
-                              .get("role") == "master", 30, 0.05)
-        self.events.append((time.time(), f"replica :{replica} promoted" if promoted
-                            else f"replica :{replica} NOT promoted within 30 s"))
-        wait_until(lambda: all("cluster_state:ok" in _node_client(p)
-                               .execute_command("CLUSTER", "INFO").decode()
-                               for p in self.ports if p != master), 30, 0.05)
-        self.events.append((time.time(), "cluster_state ok on every live node"))
+    def fail_one(self):
+        master = self.impl.master_for_slot(0)
+        self.impl.kill(master)
+        self.events.append((time.time(), f"killed master :{master.port}"))
+        promoted = self.impl.wait_for_failover(master)
+        self.events.append((time.time(), f"replica :{promoted.port} took over, all nodes agree"))
         return master
 
-    def recover(self, port: int):
-        self.nodes[port].start()
-        self.events.append((time.time(), f"old master :{port} restarted"))
-        rejoined = wait_until(lambda: (self._info(port, "replication") or {})
-                              .get("master_link_status") == "up", 30, 0.1)
-        self.events.append((time.time(), f":{port} rejoined as a replica" if rejoined
-                            else f":{port} did not rejoin within 30 s"))
+    def recover(self, node):
+        self.impl.restart(node)
+        self.events.append((time.time(), f"old master :{node.port} restarted"))
+
+        def rejoined() -> bool:
+            try:
+                info = self.impl.command(node, "INFO", "replication", timeout=1.0)
+            except OSError:
+                return False
+            return isinstance(info, bytes) and b"role:slave" in info and \
+                b"master_link_status:up" in info
+        ok = wait_until(rejoined, 30, 0.1)
+        self.events.append((time.time(), f":{node.port} rejoined as a replica" if ok
+                            else f":{node.port} had not rejoined after 30 s"))
 
     def stop(self):
-        for node in self.nodes.values():
-            node.stop()
-
+        self.impl.stop()

@@ -3,7 +3,8 @@
 Sampled once a second by tests/bench/fleet-sim. What is counted:
 - every command a client sent (GET, SET, HELLO, CLIENT, CLUSTER, READONLY,
   COMMAND, ...), on masters and replicas;
-- not the sampler's own INFO calls, and not replication traffic: REPLCONF,
+- not the sampler's own INFO calls, nor the launcher's (cluster polls: the
+  caller passes them as `exclude`), and not replication traffic: REPLCONF,
   PSYNC, SYNC anywhere, and on a replica the writes and PINGs its master
   streams to it (SET, DEL, PING, SELECT, MULTI, EXEC, ...).
 Rejected calls (a MOVED redirection, a wrong arity) count too: they reached
@@ -20,6 +21,8 @@ from __future__ import annotations
 import time
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 _NEVER = {"info", "replconf", "psync", "sync"}
 _REPLICATED = {"set", "del", "unlink", "ping", "select", "multi", "exec", "expire", "pexpire",
@@ -42,7 +45,8 @@ class CommandStats:
         self.host = host
         self.ports = list(ports)
         self.clients = {p: redis.Redis(host=host, port=p, socket_timeout=0.5,
-                                       socket_connect_timeout=0.3, protocol=2)
+                                       socket_connect_timeout=0.3, protocol=2,
+                                       retry=Retry(NoBackoff(), 0))
                         for p in self.ports}
         self.last: dict[int, dict[str, int]] = {}
         self.totals: dict[str, int] = {}
@@ -56,10 +60,12 @@ class CommandStats:
         role = info.get("role", "master")
         return role, _parse(info)
 
-    def sample(self) -> dict[str, int]:
-        """Adds what each node counted since the last sample; returns this
-        sample's deltas by command."""
-        delta: dict[str, int] = {}
+    def sample(self, exclude: dict[str, int] | None = None) -> dict[str, int]:
+        """Adds what each node counted since the last sample, less `exclude`
+        (commands the harness itself sent); returns this sample's deltas by
+        command."""
+        delta: dict[str, int] = {k: -v for k, v in (exclude or {}).items()
+                                 if k.split("|")[0] not in _NEVER}
         for port in self.ports:
             got = self._sample_node(port)
             if got is None:
@@ -75,6 +81,7 @@ class CommandStats:
                 if d:
                     delta[cmd] = delta.get(cmd, 0) + d
             self.last[port] = now
+        delta = {k: v for k, v in delta.items() if v}
         for cmd, d in delta.items():
             self.totals[cmd] = self.totals.get(cmd, 0) + d
         return delta

@@ -15,8 +15,9 @@ Two kinds of client:
   connection per process (every exception is a client-visible error);
 - ``redis``: plain redis-py, a new connection per lookup as Inductor opens one
   (redis.Redis per lookup for a single server; for a cluster, one
-  redis.cluster.RedisCluster per process - topology cached, the best a plain
-  client can do - whose connections are closed after every lookup).
+  redis.cluster.RedisCluster per process, seeded with every node - topology
+  cached, the best a plain client can do - whose connections are closed after
+  every lookup).
 """
 
 from __future__ import annotations
@@ -75,14 +76,16 @@ class RedisBackend:
         self.redis = redis
         self.cluster = cfg["cluster"]
         self.host, self.port = cfg["redis_host"], cfg["redis_port"]
+        self.all_ports = cfg["redis_ports"]
         self.timeouts = {"socket_timeout": cfg["op_timeout_s"],
                          "socket_connect_timeout": cfg["connect_timeout_s"]}
         self.rc = None
 
     def _cluster(self):
         if self.rc is None:
-            from redis.cluster import RedisCluster
-            self.rc = RedisCluster(host=self.host, port=self.port, **self.timeouts)
+            from redis.cluster import ClusterNode, RedisCluster
+            self.rc = RedisCluster(startup_nodes=[ClusterNode(self.host, p)
+                                                  for p in self.all_ports], **self.timeouts)
         return self.rc
 
     def reset(self):
@@ -108,12 +111,7 @@ class RedisBackend:
         self._once(lambda c: c.set(key, value))
 
     def after_error(self):
-        if self.rc is not None:
-            try:
-                self.rc.close()
-            except Exception:  # noqa: BLE001 - a broken client is replaced
-                pass
-            self.rc = None
+        pass  # RedisCluster refreshes its topology itself after a connection error
 
 
 class Worker:
