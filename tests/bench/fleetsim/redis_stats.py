@@ -37,6 +37,11 @@ def _parse(info: dict) -> dict[str, int]:
         cmd = name[len("cmdstat_"):]
         calls = int(fields.get("calls", 0)) + int(fields.get("rejected_calls", 0))
         out[cmd] = calls
+    # Not commands: the node's CPU time (ms) and bytes sent to clients (Redis
+    # 7 keeps replication traffic out of total_net_output_bytes).
+    out["~cpu_ms"] = int(1000 * (float(info.get("used_cpu_sys", 0)) +
+                                 float(info.get("used_cpu_user", 0))))
+    out["~net_out"] = int(info.get("total_net_output_bytes", 0))
     return out
 
 
@@ -101,10 +106,13 @@ class CommandStats:
 
 
 def summarize(totals: dict[str, int]) -> dict[str, int]:
-    gets = sum(v for k, v in totals.items() if k in ("get", "mget"))
-    sets = sum(v for k, v in totals.items() if k in ("set", "setex", "psetex"))
-    return {"total": sum(totals.values()), "get": gets, "set": sets,
-            "other": sum(totals.values()) - gets - sets}
+    """Commands (total, GET, SET, the rest), Redis CPU ms and bytes sent."""
+    commands = {k: v for k, v in totals.items() if not k.startswith("~")}
+    gets = sum(v for k, v in commands.items() if k in ("get", "mget"))
+    sets = sum(v for k, v in commands.items() if k in ("set", "setex", "psetex"))
+    return {"total": sum(commands.values()), "get": gets, "set": sets,
+            "other": sum(commands.values()) - gets - sets,
+            "cpu_ms": totals.get("~cpu_ms", 0), "net_out": totals.get("~net_out", 0)}
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:

@@ -62,13 +62,14 @@ def recovery(timeline: dict[int, dict], kill_sec: int, end_sec: int) -> dict:
 def print_rounds(title: str, rounds: list[dict]) -> None:
     print(f"  {title}")
     print("    round        s   gets   hit%   errors wrong  p50 ms  p99 ms  max ms  "
-          "Redis cmds   GET    SET  other")
+          "Redis cmds   GET    SET  other  CPU s  MiB out")
     for r in rounds:
         red = r["redis"]
         print(f"    {r['round']:<10} {r['seconds']:3} {r['gets']:6} {100 * r['hit_rate']:6.2f} "
               f"{r['errors'] + r['put_errors']:6} {r['wrong']:5} {r['p50_ms']:7.2f} "
               f"{r['p99_ms']:7.2f} {r['max_ms']:7.1f} {red['total']:8} {red['get']:6} "
-              f"{red['set']:6} {red['other']:6}")
+              f"{red['set']:6} {red['other']:6} {red['cpu_ms'] / 1000:6.1f} "
+              f"{red['net_out'] / 2**20:8.1f}")
 
 
 def print_timeline(timeline: dict[int, dict], redis_per_sec: dict[int, dict[str, int]],
@@ -77,7 +78,7 @@ def print_timeline(timeline: dict[int, dict], redis_per_sec: dict[int, dict[str,
     for s in seconds:
         row = timeline.get(s, {k: 0 for k in COUNTS} | {"lat": []})
         rate = f"{100 * row['hits'] / row['gets']:6.1f}" if row["gets"] else "     -"
-        cmds = sum(redis_per_sec.get(s, {}).values())
+        cmds = sum(v for k, v in redis_per_sec.get(s, {}).items() if not k.startswith("~"))
         print(f"    {s:4} {row['gets']:6} {rate} {row['errors'] + row['put_errors']:7} "
               f"{pct(row['lat'], 0.99):7.2f} {cmds:12}  {'; '.join(events.get(s, []))}")
 
@@ -85,14 +86,15 @@ def print_timeline(timeline: dict[int, dict], redis_per_sec: dict[int, dict[str,
 def print_comparison(arms: dict[str, dict]) -> None:
     print("\nSummary (whole run, every round)")
     print("  arm                 gets    hit%  client errors  wrong  p50 ms  p99 ms  "
-          "Redis cmds     GET     SET  to full hit rate")
+          "Redis cmds     GET     SET  CPU s  MiB out  to full hit rate")
     for name, arm in arms.items():
         t = arm["total"]
         rec = arm.get("recovery", {})
         full = f"{rec['seconds_to_full_hit_rate']} s" if rec else "-"
         print(f"  {name:<18} {t['gets']:6} {100 * t['hit_rate']:7.2f} {t['errors'] + t['put_errors']:14} "
               f"{t['wrong']:6} {t['p50_ms']:7.2f} {t['p99_ms']:7.2f} {t['redis']['total']:11} "
-              f"{t['redis']['get']:7} {t['redis']['set']:7}  {full}")
+              f"{t['redis']['get']:7} {t['redis']['set']:7} {t['redis']['cpu_ms'] / 1000:6.1f} "
+              f"{t['redis']['net_out'] / 2**20:8.1f}  {full}")
     if "pt2cached" in arms and "redis-py" in arms:
         a, b = arms["pt2cached"]["total"]["redis"], arms["redis-py"]["total"]["redis"]
         if a["total"]:
