@@ -86,7 +86,9 @@ class CommandStats:
                 if d:
                     delta[cmd] = delta.get(cmd, 0) + d
             self.last[port] = now
-        delta = {k: v for k, v in delta.items() if v}
+        # Negative: the launcher's calls to a node restarted since the last
+        # sample, whose counters started again from zero.
+        delta = {k: v for k, v in delta.items() if v > 0}
         for cmd, d in delta.items():
             self.totals[cmd] = self.totals.get(cmd, 0) + d
         return delta

@@ -77,15 +77,20 @@ class RedisBackend:
         self.cluster = cfg["cluster"]
         self.host, self.port = cfg["redis_host"], cfg["redis_port"]
         self.all_ports = cfg["redis_ports"]
+        self.read_from_replicas = cfg["read_from_replicas"]
         self.timeouts = {"socket_timeout": cfg["op_timeout_s"],
                          "socket_connect_timeout": cfg["connect_timeout_s"]}
         self.rc = None
 
     def _cluster(self):
         if self.rc is None:
-            from redis.cluster import ClusterNode, RedisCluster
+            from redis.cluster import ClusterNode, LoadBalancingStrategy, RedisCluster
+            extra = {}
+            if self.read_from_replicas:
+                extra["load_balancing_strategy"] = LoadBalancingStrategy.ROUND_ROBIN
             self.rc = RedisCluster(startup_nodes=[ClusterNode(self.host, p)
-                                                  for p in self.all_ports], **self.timeouts)
+                                                  for p in self.all_ports],
+                                   **self.timeouts, **extra)
         return self.rc
 
     def reset(self):
