@@ -1,67 +1,20 @@
-"""The Redis side of fleet-sim: one redis-server, or a Redis Cluster of
-masters + replicas on loopback ports (tests/support/redis_cluster.py). Both offer the same small interface:
-ports, seed, fail_one() (kill a master; for a cluster, wait for its replica
-to take over) and recover() (bring it back), stop().
+"""The Redis side of fleet-sim: one redis-server (tests/pyharness), or a
+Redis Cluster of masters + replicas on loopback ports
+(tests/support/redis_cluster.py). Both offer the same small interface: ports,
+seed, fail_one() (freeze the server; kill a master and wait for its replica to
+take over), recover() (thaw it; bring the master back), take_own_calls(),
+stop().
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from .redis_stats import wait_until
-
-
-def _node_client(port: int) -> redis.Redis:
-    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5, socket_connect_timeout=0.3,
-                       protocol=2, retry=Retry(NoBackoff(), 0))
-
-
-class _Node:
-    def __init__(self, root: Path, port: int, *extra: str):
-        self.port = port
-        self.dir = root / f"redis-{port}"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.extra = list(extra)
-        self.proc: subprocess.Popen | None = None
-
-    def start(self):
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", str(self.dir), "--maxclients", "4000", *self.extra]
-        log = open(self.dir / "log", "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        log.close()
-        if not wait_until(self.ping, 10):
-            raise RuntimeError(f"redis-server on port {self.port} did not start "
-                               f"(see {self.dir / 'log'})")
-
-    def ping(self) -> bool:
-        try:
-            return bool(_node_client(self.port).ping())
-        except (redis.RedisError, OSError):
-            return False
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 class SingleRedis:
@@ -71,7 +24,9 @@ class SingleRedis:
     cluster = False
 
     def __init__(self, root: Path, port: int):
-        self.node = _Node(root, port)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "pyharness"))
+        from pt2harness import RedisServer
+        self.node = RedisServer(root, port=port)
         self.ports = [port]
         self.seed = port
         self.events: list[tuple[float, str]] = []
@@ -93,6 +48,8 @@ class SingleRedis:
         self.events.append((time.time(), f"redis-server :{port} thawed (SIGCONT)"))
 
     def stop(self):
+        if self.node.proc and self.node.proc.poll() is None:
+            self.node.proc.send_signal(signal.SIGCONT)
         self.node.stop()
 
 
