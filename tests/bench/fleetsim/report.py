@@ -95,6 +95,12 @@ def print_comparison(arms: dict[str, dict]) -> None:
               f"{t['wrong']:6} {t['p50_ms']:7.2f} {t['p99_ms']:7.2f} {t['redis']['total']:11} "
               f"{t['redis']['get']:7} {t['redis']['set']:7} {t['redis']['cpu_ms'] / 1000:6.1f} "
               f"{t['redis']['net_out'] / 2**20:8.1f}  {full}")
+    for name, arm in arms.items():
+        t = arm["total"]
+        lookups = max(1, t["gets"])
+        print(f"  {name:<18} per lookup: {t['redis']['total'] / lookups:.3f} Redis commands, "
+              f"{t['redis']['cpu_ms'] * 1000 / lookups:.1f} us of Redis CPU, "
+              f"{t['redis']['net_out'] / lookups / 1024:.1f} KiB sent by Redis")
     if "pt2cached" in arms and "redis-py" in arms:
         a, b = arms["pt2cached"]["total"]["redis"], arms["redis-py"]["total"]["redis"]
         if a["total"]:
