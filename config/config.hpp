@@ -67,6 +67,9 @@ struct Config {
     unsigned remote_pool_size = 4;            // 1..64
     std::uint64_t write_behind_queue_bytes = 256ull << 20;
     std::uint64_t remote_max_value_size = 512ull << 20; // 1 .. 4 GiB-1, Redis's proto-max-bulk-len
+    std::string remote_cluster = "auto";                // "auto" (INFO cluster) | "true" | "false"
+    std::string remote_cluster_nodes; // more seed nodes: URLs separated by commas or spaces
+    bool remote_read_from_replicas = false;
     // [resp] (Redis-protocol front door)
     std::string resp_password; // empty: AUTH not required
     // [bundle]

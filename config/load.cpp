@@ -157,6 +157,11 @@ tl::expected<void, ConfigError> validate(const Loaded& loaded) {
                                 error_prefix(loaded.origins.at("daemon.socket"), "daemon.socket"),
                                 k_max_socket_path, config.socket_path.size()));
     }
+    if (auto nodes = parse_redis_url_list(config.remote_cluster_nodes); !nodes) {
+        return fail(fmt::format(
+            "{}{}", error_prefix(loaded.origins.at("remote.cluster_nodes"), "remote.cluster_nodes"),
+            nodes.error()));
+    }
     return {};
 }
 

@@ -265,4 +265,21 @@ std::string mask_redis_url(std::string_view url) {
     return result;
 }
 
+tl::expected<std::vector<RedisUrl>, std::string> parse_redis_url_list(std::string_view urls) {
+    std::vector<RedisUrl> parsed;
+    constexpr std::string_view k_separators = ", \t";
+    std::size_t start = urls.find_first_not_of(k_separators);
+    while (start != std::string_view::npos) {
+        const auto end = std::min(urls.find_first_of(k_separators, start), urls.size());
+        const auto one = urls.substr(start, end - start);
+        auto url = parse_redis_url(one);
+        if (!url) {
+            return tl::make_unexpected(fmt::format("{}: {}", mask_redis_url(one), url.error()));
+        }
+        parsed.push_back(std::move(*url));
+        start = urls.find_first_not_of(k_separators, end);
+    }
+    return parsed;
+}
+
 } // namespace pt2cache::config

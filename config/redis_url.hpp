@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <tl/expected.hpp>
 
@@ -32,6 +33,10 @@ inline constexpr std::string_view k_redis_url_forms =
 // Parses `url`. The error names the problem and the accepted forms, and never
 // repeats the password.
 tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url);
+
+// A list of URLs separated by commas and/or spaces (remote.cluster_nodes);
+// empty for an empty list. The error names the bad entry (password masked).
+tl::expected<std::vector<RedisUrl>, std::string> parse_redis_url_list(std::string_view urls);
 
 // The canonical URL of `url`: user name and password percent-encoded (all
 // but [A-Za-z0-9-._~]), the port always written, the database as /N (redis)

@@ -20,6 +20,7 @@ constexpr std::uint64_t k_max_value_size = (4ull << 30) - 1;
 constexpr std::uint64_t k_max_db = std::numeric_limits<std::int32_t>::max();
 
 constexpr std::array<std::string_view, 2> k_write_modes = {"sync", "async"};
+constexpr std::array<std::string_view, 3> k_cluster_modes = {"auto", "true", "false"};
 
 constexpr std::array<std::string_view, 7> k_sections = {"daemon", "memory", "disk",  "caches",
                                                         "remote", "resp",   "bundle"};
@@ -104,6 +105,12 @@ constexpr std::array k_settings = {
             .field = &Config::write_behind_queue_bytes},
     Setting{.key = "remote.max_value_size", .kind = Kind::size,
             .field = &Config::remote_max_value_size, .min = 1, .max = k_max_value_size},
+    Setting{.key = "remote.cluster", .kind = Kind::choice, .field = &Config::remote_cluster,
+            .choices = k_cluster_modes},
+    Setting{.key = "remote.cluster_nodes", .kind = Kind::string,
+            .field = &Config::remote_cluster_nodes},
+    Setting{.key = "remote.read_from_replicas", .kind = Kind::boolean,
+            .field = &Config::remote_read_from_replicas},
     // [resp]
     Setting{.key = "resp.password", .kind = Kind::string, .field = &Config::resp_password,
             .secret = true},

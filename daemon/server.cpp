@@ -291,6 +291,10 @@ void Server::reload() {
         {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
          "remote.write_behind_queue_bytes"},
         {fresh.remote_max_value_size != old.remote_max_value_size, "remote.max_value_size"},
+        {fresh.remote_cluster != old.remote_cluster ||
+             fresh.remote_cluster_nodes != old.remote_cluster_nodes ||
+             fresh.remote_read_from_replicas != old.remote_read_from_replicas,
+         "remote.cluster/cluster_nodes/read_from_replicas"},
         {fresh.remote_enabled && m_context.store->remote_tier() == nullptr,
          "remote caching (no remote tier was started)"},
     };

@@ -33,6 +33,15 @@ nlohmann::json stats_report(Context& context) {
         tier["count"] = report["remote"]["queue_entries"];
         tier["bytes"] = report["remote"]["queue_bytes"];
         tier["capacity"] = remote->options().queue.capacity_bytes;
+        // "yes", "no", or "detecting" (remote.cluster = auto, before the seed answered).
+        tier["cluster"] = remote->cluster_active()       ? "yes"
+                          : remote->cluster_mode_known() ? "no"
+                                                         : "detecting";
+        if (const auto* cluster = remote->cluster();
+            cluster != nullptr && remote->cluster_active()) {
+            tier["cluster_nodes"] = cluster->node_count();
+            tier["slots_known"] = cluster->slots_known();
+        }
     }
     return report;
 }

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "config/redis_url.hpp"
 #include "daemon/log.hpp"
 #include "daemon/socket_setup.hpp"
 #include "daemon/store/disk_tier.hpp"
@@ -84,6 +85,22 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
     options.queue.capacity_bytes = config.write_behind_queue_bytes;
     options.max_value_size = config.remote_max_value_size;
     endpoint.max_value_size = config.remote_max_value_size;
+    options.cluster = config.remote_cluster == "true"    ? store::ClusterMode::on
+                      : config.remote_cluster == "false" ? store::ClusterMode::off
+                                                         : store::ClusterMode::detect;
+    options.read_from_replicas = config.remote_read_from_replicas;
+    // Checked when the configuration was loaded.
+    for (const auto& url : config::parse_redis_url_list(config.remote_cluster_nodes)
+                               .value_or(std::vector<config::RedisUrl>{})) {
+        store::RedisEndpoint seed = endpoint;
+        seed.unix_socket = url.unix_socket;
+        seed.host = url.host;
+        seed.port = url.port;
+        options.cluster_seeds.push_back(std::move(seed));
+    }
+    if (!options.cluster_seeds.empty() && options.cluster == store::ClusterMode::off) {
+        logger("daemon").warn("remote.cluster_nodes ignored: remote.cluster is false");
+    }
     const auto policy = store_policy(config);
     logger("daemon").info("remote tier: Redis at {} for {}{}{}", endpoint.describe(),
                           fmt::join(*policy.remote_namespaces, ", "),

@@ -17,4 +17,12 @@ spdlog::logger& logger() {
     return *fallback;
 }
 
+spdlog::logger& remote_logger() {
+    // The daemon registers "remote"; without it (unit tests), the store's logger.
+    if (const auto registered = spdlog::get("remote")) {
+        return *registered;
+    }
+    return logger();
+}
+
 } // namespace pt2cache::daemon::store

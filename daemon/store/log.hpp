@@ -11,4 +11,7 @@ namespace pt2cache::daemon::store {
 // logger, so that the daemon's own registration is never pre-empted.
 spdlog::logger& logger();
 
+// The remote tier's logger: "remote" when the daemon registered it, else logger().
+spdlog::logger& remote_logger();
+
 } // namespace pt2cache::daemon::store

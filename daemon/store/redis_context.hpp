@@ -59,6 +59,7 @@ enum class RedisErrorKind {
     reply,     // the server answered with an error (-ERR, -NOPERM, -OOM ...)
     aborted,   // the caller's abort flag was raised
     exhausted, // no pooled connection became free in time
+    suspended, // not sent: the node's circuit breaker is open (answered locally)
 };
 
 struct RedisError {

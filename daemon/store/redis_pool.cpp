@@ -2,6 +2,7 @@
 #include "daemon/store/redis_pool.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -52,6 +53,34 @@ tl::expected<RedisPool::Lease, RedisError> RedisPool::acquire(SteadyClock::time_
         return tl::make_unexpected(std::move(opened.error()));
     }
     return Lease(*this, std::make_unique<RedisConnection>(std::move(*opened)), false);
+}
+
+tl::expected<std::vector<RedisReplyPtr>, RedisError>
+RedisPool::run(std::span<const RedisCommand> commands, SteadyClock::time_point deadline,
+               Milliseconds& connecting, const std::atomic<bool>* abort) {
+    const auto extended = [&] {
+        return deadline + std::min(connecting, m_endpoint.connect_timeout);
+    };
+    std::optional<RedisError> error;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        auto lease = acquire(extended(), abort);
+        if (!lease) {
+            return tl::make_unexpected(std::move(lease.error()));
+        }
+        if (!lease->reused()) {
+            connecting += (*lease)->connect_time();
+        }
+        auto replies = (*lease)->exchange(commands, extended(), abort);
+        if (replies) {
+            return replies;
+        }
+        error = std::move(replies.error());
+        if (!(attempt == 0 && lease->reused() && error->kind == RedisErrorKind::io)) {
+            break;
+        }
+        drop_idle();
+    }
+    return tl::make_unexpected(std::move(*error));
 }
 
 void RedisPool::give_back(std::unique_ptr<RedisConnection> connection) {

@@ -50,6 +50,15 @@ public:
     tl::expected<Lease, RedisError> acquire(SteadyClock::time_point deadline,
                                             const std::atomic<bool>* abort = nullptr);
 
+    // Runs `commands` on a pooled connection: waiting for it and the exchange
+    // by `deadline`, plus the time spent connecting (added to `connecting`,
+    // at most one connect timeout in all). A reused connection that broke at
+    // once was stale (Redis restarted, or closed it): it is replaced and the
+    // commands tried once more on a fresh one, within the same deadline.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    run(std::span<const RedisCommand> commands, SteadyClock::time_point deadline,
+        Milliseconds& connecting, const std::atomic<bool>* abort = nullptr);
+
     // Closes every idle connection: after a connection broke, the others
     // were most likely opened to the same, now gone, server.
     void drop_idle();

@@ -17,15 +17,10 @@ void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
     counter.fetch_add(amount, std::memory_order_relaxed);
 }
 
-// The daemon registers "remote"; without it (unit tests), the store's logger.
-spdlog::logger& remote_log() {
-    if (const auto registered = spdlog::get("remote")) {
-        return *registered;
-    }
-    return logger();
-}
-
 StoreError to_store_error(const RedisError& error) {
+    if (error.kind == RedisErrorKind::suspended) {
+        return StoreError{Failure::unavailable, error.message};
+    }
     const bool timeout =
         error.kind == RedisErrorKind::timeout || error.kind == RedisErrorKind::exhausted;
     return StoreError{timeout ? Failure::timeout : Failure::io, error.message};
@@ -49,6 +44,25 @@ unsigned flusher_count(const RedisTierOptions& options) {
     return std::clamp(options.flushers, 1U, 8U);
 }
 
+std::unique_ptr<RedisCluster> make_cluster(const RedisTierOptions& options,
+                                           RemoteCounters& counters) {
+    if (options.cluster == ClusterMode::off) {
+        return nullptr;
+    }
+    ClusterOptions cluster;
+    cluster.seed = options.endpoint;
+    cluster.seeds = options.cluster_seeds;
+    cluster.pool_size = options.pool_size;
+    cluster.write_pool_size = flusher_count(options);
+    cluster.breaker = options.breaker;
+    cluster.read_from_replicas = options.read_from_replicas;
+    return std::make_unique<RedisCluster>(std::move(cluster), counters);
+}
+
+RedisError not_connected() {
+    return RedisError{RedisErrorKind::suspended, "remote tier not connected"};
+}
+
 } // namespace
 
 RedisTier::RedisTier(RedisTierOptions options, Stats& stats)
@@ -56,6 +70,10 @@ RedisTier::RedisTier(RedisTierOptions options, Stats& stats)
     , m_counters(stats.remote())
     , m_pool(m_options.endpoint, m_options.pool_size)
     , m_write_pool(m_options.endpoint, flusher_count(m_options))
+    , m_cluster(make_cluster(m_options, m_counters))
+    , m_mode(m_options.cluster == ClusterMode::off  ? Mode::single
+             : m_options.cluster == ClusterMode::on ? Mode::cluster
+                                                    : Mode::unknown)
     , m_breaker(m_options.breaker)
     , m_queue(m_options.queue) {
     m_counters.set_state(RemoteState::connecting);
@@ -85,10 +103,10 @@ RedisTier::~RedisTier() {
     add(m_counters.shutdown_drops, left.size());
     update_gauges();
     if (!left.empty() || !idle) {
-        remote_log().warn("shutdown: {} queued writes not sent to Redis ({} were queued)",
-                          left.size(), pending);
+        remote_logger().warn("shutdown: {} queued writes not sent to Redis ({} were queued)",
+                             left.size(), pending);
     } else if (pending > 0) {
-        remote_log().info("shutdown: {} queued writes sent to Redis", pending);
+        remote_logger().info("shutdown: {} queued writes sent to Redis", pending);
     }
     m_counters.set_state(RemoteState::disabled);
 }
@@ -110,10 +128,10 @@ void RedisTier::on_success() {
         return;
     }
     if (m_ever_connected) {
-        remote_log().info("Redis at {} is back: remote tier resumed",
-                          m_options.endpoint.describe());
+        remote_logger().info("Redis at {} is back: remote tier resumed",
+                             m_options.endpoint.describe());
     } else {
-        remote_log().info("connected to Redis at {}", m_options.endpoint.describe());
+        remote_logger().info("connected to Redis at {}", m_options.endpoint.describe());
     }
     m_ever_connected = true;
     set_state(RemoteState::connected);
@@ -132,11 +150,11 @@ void RedisTier::on_failure(const RedisError& error, Admission admission) {
     if (until) {
         add(m_counters.suspensions);
         const auto cooldown = std::chrono::duration_cast<Milliseconds>(*until - SteadyClock::now());
-        remote_log().warn("Redis at {} unreachable ({}): remote tier suspended for {} ms",
-                          m_options.endpoint.describe(), error.message, cooldown.count());
+        remote_logger().warn("Redis at {} unreachable ({}): remote tier suspended for {} ms",
+                             m_options.endpoint.describe(), error.message, cooldown.count());
         set_state(RemoteState::suspended, unix_ms_at(*until));
     } else if (m_state == RemoteState::connected) {
-        remote_log().warn("Redis at {}: {}", m_options.endpoint.describe(), error.message);
+        remote_logger().warn("Redis at {}: {}", m_options.endpoint.describe(), error.message);
         set_state(RemoteState::connecting);
     }
 }
@@ -157,44 +175,59 @@ RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admi
                    const std::atomic<bool>* abort) {
     // One deadline for waiting on the pool and the exchange; the time spent
     // connecting (bounded by the connect timeout) comes on top of it.
-    const auto deadline = SteadyClock::now() + m_options.endpoint.op_timeout;
     Milliseconds connecting{0};
-    std::optional<RedisError> error;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        auto lease = pool.acquire(deadline + connecting, abort);
-        if (!lease) {
-            error = std::move(lease.error());
-            break;
-        }
-        if (!lease->reused()) {
-            connecting += (*lease)->connect_time();
-        }
-        auto replies = (*lease)->exchange(commands, deadline + connecting, abort);
-        if (replies) {
-            m_breaker.success(admission);
-            on_success();
-            return replies;
-        }
-        error = std::move(replies.error());
-        // A pooled connection that broke at once was stale (Redis restarted,
-        // or closed it): one more try on a fresh one, within the same deadline.
-        if (!(attempt == 0 && lease->reused() && error->kind == RedisErrorKind::io)) {
-            break;
-        }
-        pool.drop_idle();
+    auto replies =
+        pool.run(commands, SteadyClock::now() + m_options.endpoint.op_timeout, connecting, abort);
+    if (replies) {
+        m_breaker.success(admission);
+        on_success();
+        return replies;
     }
-    if (error->kind == RedisErrorKind::aborted) {
+    auto error = std::move(replies.error());
+    if (error.kind == RedisErrorKind::aborted) {
         m_breaker.release(admission);
     } else {
-        const bool timeout =
-            error->kind == RedisErrorKind::timeout || error->kind == RedisErrorKind::exhausted;
-        add(timeout ? m_counters.timeouts : m_counters.errors);
-        if (error->kind == RedisErrorKind::protocol) {
-            add(m_counters.protocol_errors);
-        }
-        on_failure(*error, admission);
+        count_failure(error);
+        on_failure(error, admission);
     }
-    return tl::make_unexpected(std::move(*error));
+    return tl::make_unexpected(std::move(error));
+}
+
+void RedisTier::count_failure(const RedisError& error) {
+    const bool timeout =
+        error.kind == RedisErrorKind::timeout || error.kind == RedisErrorKind::exhausted;
+    add(timeout ? m_counters.timeouts : m_counters.errors);
+    if (error.kind == RedisErrorKind::protocol) {
+        add(m_counters.protocol_errors);
+    }
+}
+
+tl::expected<std::vector<RedisReplyPtr>, RedisError>
+RedisTier::run_keyed(std::string_view key, std::span<const RedisCommand> commands, Route route,
+                     const std::atomic<bool>* abort) {
+    const auto mode = m_mode.load();
+    if (mode == Mode::cluster) {
+        if (state() != RemoteState::connected) {
+            return tl::make_unexpected(not_connected());
+        }
+        auto replies = m_cluster->execute(key, commands, route, abort);
+        if (!replies && replies.error().kind != RedisErrorKind::suspended &&
+            replies.error().kind != RedisErrorKind::aborted) {
+            count_failure(replies.error());
+        }
+        if (m_cluster->refresh_due()) {
+            m_queue.notify(); // a flusher refreshes the topology
+        }
+        return replies;
+    }
+    if (mode == Mode::unknown) {
+        return tl::make_unexpected(not_connected());
+    }
+    const auto admission = route == Route::write ? m_breaker.admit() : admit_request();
+    if (admission == Admission::refused) {
+        return tl::make_unexpected(not_connected());
+    }
+    return execute(route == Route::write ? m_write_pool : m_pool, commands, admission, abort);
 }
 
 tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view ns,
@@ -203,15 +236,13 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     if (!redis_key) {
         return tl::make_unexpected(no_redis_form(ns));
     }
-    const auto admission = admit_request();
-    if (admission == Admission::refused) {
-        add(m_counters.skipped);
-        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
-    }
     const RedisCommand command{{"GET", *redis_key},
                                {RedisReply::Type::string, RedisReply::Type::nil}};
-    auto replies = execute(m_pool, std::span(&command, 1), admission);
+    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::read);
     if (!replies) {
+        if (replies.error().kind == RedisErrorKind::suspended) {
+            add(m_counters.skipped);
+        }
         return tl::make_unexpected(to_store_error(replies.error()));
     }
     const RedisReply& reply = *replies->front();
@@ -275,14 +306,12 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     }
     const bool dequeued = m_queue.erase(*redis_key) > 0;
     update_gauges();
-    const auto admission = admit_request();
-    if (admission == Admission::refused) {
-        add(m_counters.skipped);
-        return tl::make_unexpected(StoreError{Failure::unavailable, "remote tier not connected"});
-    }
     const RedisCommand command{{"DEL", *redis_key}, {RedisReply::Type::integer}};
-    auto replies = execute(m_pool, std::span(&command, 1), admission);
+    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::erase);
     if (!replies) {
+        if (replies.error().kind == RedisErrorKind::suspended) {
+            add(m_counters.skipped);
+        }
         return tl::make_unexpected(to_store_error(replies.error()));
     }
     const RedisReply& reply = *replies->front();
@@ -312,20 +341,58 @@ void RedisTier::probe() {
     if (admission == Admission::refused) {
         return;
     }
-    const RedisCommand command{{"PING"}, {RedisReply::Type::status}};
-    // Failures are counted and logged by execute.
-    (void)execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
-}
-
-void RedisTier::write(WriteItem item) {
-    const auto admission = m_breaker.admit();
-    if (admission == Admission::refused) {
-        // Suspended meanwhile: the entry waits for the end of the cool-down.
-        if (!m_queue.requeue(std::move(item))) {
-            add(m_counters.queue_drops);
+    switch (m_mode.load()) {
+    case Mode::unknown:
+        detect_mode(admission);
+        return;
+    case Mode::cluster: {
+        // Connected once a node answers CLUSTER SLOTS.
+        auto refreshed = m_cluster->refresh(&m_abort);
+        if (refreshed) {
+            m_breaker.success(admission);
+            on_success();
+        } else if (refreshed.error().kind == RedisErrorKind::aborted) {
+            m_breaker.release(admission);
+        } else {
+            count_failure(refreshed.error());
+            on_failure(refreshed.error(), admission);
         }
         return;
     }
+    case Mode::single: {
+        const RedisCommand command{{"PING"}, {RedisReply::Type::status}};
+        // Failures are counted and logged by execute.
+        (void)execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
+        return;
+    }
+    }
+}
+
+void RedisTier::detect_mode(Admission admission) {
+    const RedisCommand command{{"INFO", "cluster"}, {RedisReply::Type::string}};
+    auto replies = execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
+    if (!replies) {
+        return; // counted, logged and fed to the breaker by execute; probed again
+    }
+    const RedisReply& reply = *replies->front();
+    const bool cluster = reply.type == RedisReply::Type::string &&
+                         reply.text().find("cluster_enabled:1") != std::string_view::npos;
+    if (reply.type == RedisReply::Type::error) {
+        remote_logger().warn("Redis at {} refused INFO cluster ({}): not using cluster mode "
+                             "(set remote.cluster = true if it is a cluster)",
+                             m_options.endpoint.describe(), reply.text());
+    }
+    if (cluster) {
+        remote_logger().info("Redis at {} is a cluster node: cluster mode",
+                             m_options.endpoint.describe());
+        // Keys route by the topology from now on (loaded by a flusher next).
+        m_write_pool.drop_idle();
+        m_cluster->request_refresh();
+    }
+    m_mode = cluster ? Mode::cluster : Mode::single;
+}
+
+void RedisTier::write(WriteItem item) {
     RedisCommand command{{"SET", item.key, item.value.text()}, {RedisReply::Type::status}};
     std::string ttl;
     if (item.ttl_ms > 0) {
@@ -335,7 +402,20 @@ void RedisTier::write(WriteItem item) {
         command.args.push_back(seconds ? "EX" : "PX");
         command.args.push_back(ttl);
     }
-    auto replies = execute(m_write_pool, std::span(&command, 1), admission, &m_abort);
+    auto replies = run_keyed(item.key, std::span(&command, 1), Route::write, &m_abort);
+    if (!replies && replies.error().kind == RedisErrorKind::suspended) {
+        // Suspended meanwhile (in a cluster: the key's node): the entry waits
+        // for the end of the cool-down.
+        if (!m_queue.requeue(std::move(item))) {
+            add(m_counters.queue_drops);
+        }
+        if (cluster_active()) {
+            // Other nodes' entries go on; this one is not retried in a tight loop.
+            std::this_thread::sleep_for(Milliseconds(5));
+        }
+        update_gauges();
+        return;
+    }
     if (replies) {
         const RedisReply& reply = *replies->front();
         if (reply.is_ok()) {
@@ -355,7 +435,7 @@ void RedisTier::write(WriteItem item) {
         }
     } else {
         add(m_counters.queue_drops);
-        remote_log().debug("SET {:?} given up: {}", item.key, replies.error().message);
+        remote_logger().debug("SET {:?} given up: {}", item.key, replies.error().message);
         m_queue.finished();
     }
     update_gauges();
@@ -372,7 +452,7 @@ void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason
         return;
     }
     const auto unlogged = m_refusals_unlogged.exchange(0, std::memory_order_relaxed);
-    remote_log().warn(
+    remote_logger().warn(
         "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
         unlogged == 0 ? std::string() : fmt::format(" ({} more refusals not logged)", unlogged));
 }
@@ -403,6 +483,9 @@ void RedisTier::flusher_loop() {
                 m_queue.wait(SteadyClock::now() + m_options.probe_interval);
             }
             continue;
+        }
+        if (cluster_active() && m_cluster->refresh_due()) {
+            (void)m_cluster->refresh(&m_abort); // on failure the old slot map stays
         }
         auto item = m_queue.pop(m_stopping ? now : now + Milliseconds(1000));
         if (!item) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "daemon/store/circuit_breaker.hpp"
+#include "daemon/store/redis_cluster.hpp"
 #include "daemon/store/redis_context.hpp"
 #include "daemon/store/redis_pool.hpp"
 #include "daemon/store/stats.hpp"
@@ -33,8 +34,14 @@
 
 namespace pt2cache::daemon::store {
 
+// remote.cluster: `detect` asks the seed's INFO cluster (cluster_enabled:1).
+enum class ClusterMode { off, on, detect };
+
 struct RedisTierOptions {
     RedisEndpoint endpoint;
+    ClusterMode cluster = ClusterMode::off;
+    std::vector<RedisEndpoint> cluster_seeds; // remote.cluster_nodes
+    bool read_from_replicas = false;
     unsigned pool_size = 4;     // for gets and deletes; each flusher has one more of its own
     std::uint64_t expire_s = 0; // TTL of every write; 0: none
     std::uint64_t max_value_size = 512ULL << 20; // Redis's proto-max-bulk-len default
@@ -84,8 +91,26 @@ public:
         return m_options.endpoint.connect_timeout + m_options.endpoint.op_timeout;
     }
 
+    // Whether the Redis is a cluster (false also while not yet known).
+    bool cluster_active() const { return m_mode.load() == Mode::cluster; }
+    bool cluster_mode_known() const { return m_mode.load() != Mode::unknown; }
+    const RedisCluster* cluster() const { return m_cluster.get(); }
+
 private:
     using Admission = CircuitBreaker::Admission;
+    using Route = RedisCluster::Route;
+    enum class Mode { unknown, single, cluster };
+
+    // Runs `commands` about `key`: on the cluster node serving it, or on the
+    // one Redis (the gets pool, or the flushers' for Route::write). A request
+    // the breaker (the node's, in a cluster) refuses fails with `suspended`.
+    tl::expected<std::vector<RedisReplyPtr>, RedisError>
+    run_keyed(std::string_view key, std::span<const RedisCommand> commands, Route route,
+              const std::atomic<bool>* abort = nullptr);
+    // Counts a failed operation (errors, timeouts, protocol_errors).
+    void count_failure(const RedisError& error);
+    // Detects (remote.cluster = auto) whether the seed is a cluster node.
+    void detect_mode(Admission admission);
 
     // The breaker's admission for a get or delete; refused as well while a
     // failure has not been followed by a successful probe.
@@ -110,6 +135,8 @@ private:
     RemoteCounters& m_counters;
     RedisPool m_pool;       // gets and deletes: `pool_size` connections
     RedisPool m_write_pool; // the flushers' own (one each): writes never hold up gets
+    std::unique_ptr<RedisCluster> m_cluster; // unless remote.cluster = false
+    std::atomic<Mode> m_mode{Mode::unknown};
     CircuitBreaker m_breaker;
     WriteBehindQueue m_queue;
 

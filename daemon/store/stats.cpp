@@ -51,6 +51,9 @@ nlohmann::json remote_json(const RemoteCounters& remote, std::int64_t now_ms) {
         {"shutdown_drops", load(remote.shutdown_drops)},
         {"oversize_skips", load(remote.oversize_skips)},
         {"protocol_errors", load(remote.protocol_errors)},
+        {"cluster_moves", load(remote.cluster_moves)},
+        {"cluster_asks", load(remote.cluster_asks)},
+        {"topology_refreshes", load(remote.topology_refreshes)},
         {"queue_bytes", load(remote.queue_bytes)},
         {"queue_entries", load(remote.queue_entries)},
     };

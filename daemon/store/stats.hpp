@@ -64,9 +64,12 @@ struct RemoteCounters {
     std::atomic<std::uint64_t> queue_drops{0};    // writes dropped: queue full, or failed 3 times
     std::atomic<std::uint64_t> shutdown_drops{0}; // writes still queued at the shutdown deadline
     std::atomic<std::uint64_t> oversize_skips{0}; // values larger than Redis accepts: not sent
-    std::atomic<std::uint64_t> protocol_errors{0}; // replies that broke RESP2 or its limits
-    std::atomic<std::uint64_t> queue_bytes{0};     // gauge: bytes waiting in the queue
-    std::atomic<std::uint64_t> queue_entries{0};   // gauge: entries waiting in the queue
+    std::atomic<std::uint64_t> protocol_errors{0};    // replies that broke RESP2 or its limits
+    std::atomic<std::uint64_t> cluster_moves{0};      // MOVED redirections followed
+    std::atomic<std::uint64_t> cluster_asks{0};       // ASK redirections followed
+    std::atomic<std::uint64_t> topology_refreshes{0}; // CLUSTER SLOTS replies applied
+    std::atomic<std::uint64_t> queue_bytes{0};        // gauge: bytes waiting in the queue
+    std::atomic<std::uint64_t> queue_entries{0};      // gauge: entries waiting in the queue
     std::atomic<int> state{static_cast<int>(RemoteState::disabled)};
     std::atomic<std::int64_t> suspended_until_ms{0}; // Unix ms, when suspended
 

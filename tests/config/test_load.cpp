@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 39;
+constexpr std::size_t k_setting_count = 42;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());

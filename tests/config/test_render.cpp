@@ -80,6 +80,9 @@ remote.op_timeout_ms = 1000  # default
 remote.pool_size = 4  # default
 remote.write_behind_queue_bytes = 268435456  # default
 remote.max_value_size = 536870912  # default
+remote.cluster = "auto"  # default
+remote.cluster_nodes = ""  # default
+remote.read_from_replicas = false  # default
 # remote.enabled = false (true when any remote switch is on)
 
 resp.password = ""  # default

@@ -115,6 +115,8 @@ class HostileRedis:
         self.unix = str(unix) if unix else None
         self.port = port
         self.behaviour = "normal"
+        # When set: INFO says cluster_enabled:1 and CLUSTER SLOTS answers these bytes.
+        self.cluster_slots: bytes | None = None
         self.values: dict[bytes, bytes] = {}
         self.calls: dict[str, int] = {}
         self.lock = threading.Lock()
@@ -219,6 +221,10 @@ class HostileRedis:
             client.sendall(b":%d\r\n" % removed)
         elif name == "GET" and len(args) == 2:
             return self._scripted(client, args[1])
+        elif name == "INFO" and self.cluster_slots is not None:
+            client.sendall(bulk(b"# Cluster\r\ncluster_enabled:1\r\n"))
+        elif name == "CLUSTER" and self.cluster_slots is not None:
+            client.sendall(self.cluster_slots)
         else:
             client.sendall(b"-ERR unknown command '%s'\r\n" % name.encode())
         return True

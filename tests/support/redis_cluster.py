@@ -49,6 +49,38 @@ class ClusterError(RuntimeError):
     pass
 
 
+def _crc16_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16_xmodem(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc
+
+
+def key_slot(key: str | bytes) -> int:
+    """The cluster slot of `key` (hash tag rules included), as CLUSTER KEYSLOT."""
+    if isinstance(key, str):
+        key = key.encode()
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return crc16_xmodem(key) % SLOTS
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     ca_file: str
@@ -282,6 +314,17 @@ class RedisCluster:
                 reader.reply()
             return reader.reply()
 
+    def pipeline(self, node: ClusterNode, *commands, timeout: float = 5.0) -> list:
+        """Several commands on one connection (e.g. ASKING then GET)."""
+        with socket.create_connection((HOST, node.port), timeout=timeout) as raw:
+            sock = self._ssl.wrap_socket(raw, server_hostname=HOST) if self._ssl else raw
+            if self.password:
+                commands = (("AUTH", self.password),) + commands
+            sock.sendall(b"".join(_encode(c) for c in commands))
+            reader = _Reader(sock)
+            replies = [reader.reply() for _ in commands]
+            return replies[1:] if self.password else replies
+
     def _ping(self, node: ClusterNode) -> bool:
         try:
             return self.command(node, "PING", timeout=1.0) == "PONG"
@@ -328,6 +371,15 @@ class RedisCluster:
             if entry[0] <= slot <= entry[1]:
                 return self.node_by_port(entry[2][1])
         raise ClusterError(f"slot {slot} is not served")
+
+    def slot_owners(self, via: ClusterNode | None = None) -> list[ClusterNode | None]:
+        """The master of every slot (None where none serves it), from one CLUSTER SLOTS."""
+        owners: list[ClusterNode | None] = [None] * SLOTS
+        for entry in self.slots(via):
+            node = self.node_by_port(entry[2][1])
+            for slot in range(entry[0], entry[1] + 1):
+                owners[slot] = node
+        return owners
 
     def replicas_of(self, master: ClusterNode, via: ClusterNode | None = None) -> list[ClusterNode]:
         for entry in self.slots(via):

@@ -5,10 +5,13 @@ unaffected, and move the right counter."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from pt2harness import wait_for
 
 from hostile_cases import CASES, HostileRedis, Result, run_case, table
-from remote_helpers import MISS, OK, redis_args
+from remote_helpers import MISS, OK, Native, fx_key, redis_args, remote_stats
 
 OP_MS = 300
 CONNECT_MS = 200
@@ -82,3 +85,49 @@ def test_max_value_size_bounds_accepted_replies(make_daemon, hostile):
     assert r.status == MISS, r
     assert r.deltas["protocol_errors"] == 1, r
     assert "bulk length 12 over the limit of 10 bytes" in d.log()
+
+
+def _slots(*ranges: bytes) -> bytes:
+    return b"*%d\r\n" % len(ranges) + b"".join(ranges)
+
+
+def _range(first: int, last: int, host: bytes, port: int) -> bytes:
+    return (b"*3\r\n:%d\r\n:%d\r\n*2\r\n$%d\r\n%s\r\n:%d\r\n"
+            % (first, last, len(host), host, port))
+
+
+# CLUSTER SLOTS replies the daemon must refuse (the slot map stays empty).
+HOSTILE_SLOTS = {
+    "slot_past_end": _slots(_range(0, 16384, b"127.0.0.1", 1)),
+    "negative_slot": _slots(_range(-1, 10, b"127.0.0.1", 1)),
+    "reversed_range": _slots(_range(10, 5, b"127.0.0.1", 1)),
+    "port_zero": _slots(_range(0, 16383, b"127.0.0.1", 0)),
+    "port_too_large": _slots(_range(0, 16383, b"127.0.0.1", 70000)),
+    "host_with_space": _slots(_range(0, 16383, b"evil host", 1)),
+    "overlap": _slots(_range(0, 100, b"127.0.0.1", 1), _range(50, 16383, b"127.0.0.1", 2)),
+    "not_an_array": b"+OK\r\n",
+    "huge_count": b"*99999999999\r\n",
+    "resp3_map": b"%1\r\n+a\r\n+b\r\n",
+    "truncated": b"*1\r\n*3\r\n:0\r\n",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_SLOTS))
+def test_hostile_cluster_slots(make_daemon, hostile, case):
+    """A 'cluster node' whose CLUSTER SLOTS reply is hostile: refused and
+    counted, the daemon stays up and answers (a miss) within its deadline."""
+    hostile.cluster_slots = HOSTILE_SLOTS[case]
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, cluster="true"), env=env)
+    wait_for(lambda: hostile.count("CLUSTER") >= 2, what="CLUSTER SLOTS asked", timeout=10)
+    client = Native(d.socket)
+    started = time.monotonic()
+    assert client.get("fx-graph", fx_key("hostile-slots")[1])[0] == MISS
+    assert time.monotonic() - started < OP_MS / 1000 + MARGIN_S
+    stats = remote_stats(d)
+    assert stats["topology_refreshes"] == 0
+    assert stats["protocol_errors"] + stats["errors"] + stats["timeouts"] >= 1
+    assert not stats["state"].startswith("connected")
+    assert d.stats()["tiers"]["remote"]["cluster"] == "yes"
+    assert client.put("fx-graph", fx_key("local")[1], b"v") == OK  # local tiers serve
+    assert client.get("fx-graph", fx_key("local")[1]) == (OK, b"v")

@@ -1,0 +1,265 @@
+"""The remote tier against a real Redis Cluster (3 masters + 3 replicas on
+loopback, tests/support/redis_cluster.py): slot routing of every key kind,
+MOVED during a resharding, ASK during a slot migration, a dead master (other
+slots keep hitting, its own answer misses within the deadline, failover
+restores them), and remote.cluster = auto on a cluster and on a single node."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pt2harness import wait_for
+from remote_helpers import (MISS, OK, Native, fx_key, inductor_key, inductor_value, redis_args,
+                            redis_env, remote_stats, wait_remote_state)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+from redis_cluster import RedisCluster, key_slot  # noqa: E402
+
+ALL_SWITCHES = ("FX_GRAPH", "AUTOGRAD", "AUTOTUNE", "BUNDLED_AUTOTUNE")
+# Per-operation deadline of the daemons here: connect + op timeout.
+OP_MS, CONNECT_MS = 400, 200
+
+
+def key_kinds(seed: str) -> list[tuple[str, str, str]]:
+    """(namespace, daemon key, Redis key) of one entry of every kind with a Redis form."""
+    digest = hashlib.sha256(seed.encode()).hexdigest()
+    kernel = digest + "::" + hashlib.sha256(digest.encode()).hexdigest()
+    fx_redis, fx_inner = fx_key(seed)
+    aot_redis, aot_inner = inductor_key("autograd-experimental", "a", seed)
+    return [
+        ("fx-graph", fx_inner, fx_redis),
+        ("aot-autograd", aot_inner, aot_redis),
+        ("autotune", kernel, f"pt2:{kernel}:c1"),
+        ("autotune-bundle", "b" + digest[:40], f"pt2:bundled-autotune-v1::b{digest[:40]}:c1"),
+        ("pgo", "p" + digest[:30], f"pt2:dynamo-pgo::p{digest[:30]}:c1"),
+        ("redis", f"plain:{seed}", f"plain:{seed}"),
+    ]
+
+
+def cluster_env(cluster: RedisCluster, node=None) -> dict:
+    node = node or cluster.masters()[0]
+    env = {"TORCHINDUCTOR_REDIS_URL": f"redis://127.0.0.1:{node.port}",
+           "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1"}
+    for name in ALL_SWITCHES:
+        env[f"TORCHINDUCTOR_{name}_REMOTE_CACHE"] = "1"
+    return env
+
+
+def cluster_daemon(make_daemon, cluster, sub, **settings):
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, **settings),
+                    env=cluster_env(cluster), sub=sub)
+    wait_remote_state(d, "connected")
+    wait_for(lambda: d.stats()["tiers"]["remote"].get("slots_known") == 16384,
+             what="the slot map", timeout=10)
+    return d
+
+
+def get_on(cluster, node, key):
+    """GET on `node` itself (no redirection followed): None when absent or not its slot."""
+    reply = cluster.command(node, "GET", key)
+    return reply if isinstance(reply, bytes) else None
+
+
+def keys_in_slots(slots: set[int], count: int, tag: str) -> list[tuple[str, str]]:
+    """`count` FX (Redis key, inner key) pairs whose slots are in `slots`."""
+    found = []
+    for i in range(2_000_000):
+        redis_key, inner = fx_key(f"{tag}-{i}")
+        if key_slot(redis_key) in slots:
+            found.append((redis_key, inner))
+            if len(found) == count:
+                return found
+    raise AssertionError("no key found in the slots")
+
+
+def two_keys_in_one_slot(tag: str) -> list[tuple[str, str]]:
+    seen = {}
+    for i in range(100_000):
+        pair = fx_key(f"{tag}-{i}")
+        slot = key_slot(pair[0])
+        if slot in seen:
+            return [seen[slot], pair]
+        seen[slot] = pair
+    raise AssertionError("no two keys in one slot")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    root = Path(tempfile.mkdtemp(prefix="p2t-cluster-"))
+    try:
+        with RedisCluster(root, masters=3, replicas=1) as c:
+            yield c
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_python_key_slot_matches_cluster_keyslot(cluster):
+    keys = [redis_key for i in range(200) for _, _, redis_key in key_kinds(f"slot-{i}")]
+    keys += ["{tag}x", "x{}{tag}", "{{tag}}", "{}", "a{b", "é{ü}"]
+    slots = cluster.pipeline(cluster.masters()[0], *[("CLUSTER", "KEYSLOT", k) for k in keys])
+    assert [key_slot(k) for k in keys] == slots
+
+
+def test_every_key_kind_is_written_to_and_read_from_its_slots_master(cluster, make_daemon):
+    d = cluster_daemon(make_daemon, cluster, "route")
+    assert d.stats()["tiers"]["remote"]["cluster"] == "yes"
+    client = Native(d.socket)
+    entries = [kind for i in range(12) for kind in key_kinds(f"route-{i}")]
+    for n, (ns, key, _) in enumerate(entries):
+        assert client.put(ns, key, b"value-%d" % n) == OK
+    wait_for(lambda: remote_stats(d)["written"] == len(entries), what="the writes", timeout=15)
+    owners = set()
+    for n, (ns, key, redis_key) in enumerate(entries):
+        owner = cluster.master_for_key(redis_key)
+        owners.add(owner.port)
+        # On the master of its slot, under exactly the key plain PyTorch uses.
+        assert get_on(cluster, owner, redis_key) == b"value-%d" % n, (ns, redis_key)
+    assert len(owners) == 3  # spread over every shard
+    # redis-cli as a cluster client, from another node, agrees.
+    ns, key, redis_key = entries[0]
+    other = next(n for n in cluster.masters() if n is not cluster.master_for_key(redis_key))
+    assert cluster.cli(other, "GET", redis_key, cluster_mode=True).strip() == "value-0"
+
+    # Reads: entries written by plain clients, one per kind, all hits.
+    fresh = [kind for i in range(12) for kind in key_kinds(f"read-{i}")]
+    for n, (_, _, redis_key) in enumerate(fresh):
+        cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"plain-%d" % n)
+    for n, (ns, key, _) in enumerate(fresh):
+        assert client.get(ns, key) == (OK, b"plain-%d" % n), ns
+    stats = remote_stats(d)
+    assert stats["hits"] == len(fresh)
+    assert stats["errors"] == 0 and stats["cluster_moves"] == 0
+
+
+def test_moved_during_resharding(cluster, make_daemon):
+    source, target = cluster.masters()[:2]
+    # redis-cli --cluster reshard moves the source's lowest slots first.
+    owners = cluster.slot_owners()
+    first = [s for s in range(16384) if owners[s] is source][:100]
+    entries = keys_in_slots(set(first), 6, "moved")
+    d = cluster_daemon(make_daemon, cluster, "moved")
+    client = Native(d.socket)
+    cluster.reshard(source, target, 100)
+    owners = cluster.slot_owners()
+    assert all(owners[s] is target for s in first)
+    # Entries in the moved slots, now on `target`: the daemon's map still says
+    # `source`, which answers MOVED.
+    for redis_key, _ in entries[:3]:
+        cluster.command(target, "SET", redis_key, b"resharded")
+    for _, inner in entries[:3]:
+        assert client.get("fx-graph", inner) == (OK, b"resharded")
+    # Writes to moved slots land on the new owner.
+    for _, inner in entries[3:]:
+        assert client.put("fx-graph", inner, b"written after") == OK
+    wait_for(lambda: all(get_on(cluster, target, k) == b"written after" for k, _ in entries[3:]),
+             what="the writes on the new owner", timeout=10)
+    stats = remote_stats(d)
+    assert stats["cluster_moves"] >= 1
+    assert stats["hits"] == 3 and stats["errors"] == 0 and stats["queue_drops"] == 0
+    # The MOVED asked for a refresh: the map follows the resharding.
+    wait_for(lambda: remote_stats(d)["topology_refreshes"] >= 2, what="a topology refresh")
+
+
+def test_ask_during_a_slot_migration(cluster, make_daemon):
+    d = cluster_daemon(make_daemon, cluster, "ask")
+    client = Native(d.socket)
+    (moved_key, moved_inner), (new_key, new_inner) = two_keys_in_one_slot("ask")
+    slot = key_slot(moved_key)
+    source = cluster.master_for_slot(slot)
+    target = next(n for n in cluster.masters() if n is not source)
+    cluster.command(source, "SET", moved_key, b"migrated")
+    cluster.start_migration(slot, source, target)
+    try:
+        cluster.migrate_key(moved_key, source, target)
+        assert isinstance(cluster.command(source, "GET", moved_key), Exception)  # ASK
+        assert client.get("fx-graph", moved_inner) == (OK, b"migrated")
+        assert remote_stats(d)["cluster_asks"] >= 1
+        # A new key of a migrating slot goes to the importing node too (ASK).
+        assert client.put("fx-graph", new_inner, b"new") == OK
+        wait_for(lambda: _asking_get(cluster, target, new_key) == b"new", what="the write",
+                 timeout=10)
+        assert remote_stats(d)["cluster_moves"] == 0  # ASK never moves the slot
+    finally:
+        cluster.finish_migration(slot, target)
+    stats = remote_stats(d)
+    assert stats["errors"] == 0 and stats["queue_drops"] == 0
+
+
+def _asking_get(cluster, node, key):
+    return cluster.pipeline(node, ("ASKING",), ("GET", key))[1]
+
+
+def test_dead_master_costs_only_its_slots_and_failover_restores_them(tmp_root, make_daemon):
+    with RedisCluster(tmp_root / "cluster", masters=3, replicas=1) as cluster:
+        d = cluster_daemon(make_daemon, cluster, "dead")
+        client = Native(d.socket)
+        victim = cluster.masters()[1]
+        keys = [fx_key(f"dead-{i}") for i in range(120)]
+        for n, (redis_key, _) in enumerate(keys):
+            cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"v%d" % n)
+        cluster.command(victim, "WAIT", 1, 2000)  # its replica has the entries
+        on_victim = [k for k in keys if cluster.master_for_key(k[0]) is victim]
+        elsewhere = [k for k in keys if cluster.master_for_key(k[0]) is not victim]
+        assert len(on_victim) >= 10 and len(elsewhere) >= 10
+
+        cluster.kill(victim)
+        budget = (OP_MS + CONNECT_MS) / 1000 + 0.2
+        half = len(on_victim) // 2
+        # Its slots: misses, each within the deadline; others: hits.
+        for n, (redis_key, inner) in enumerate(on_victim[:half] + elsewhere[:20]):
+            started = time.monotonic()
+            status, body = client.get("fx-graph", inner)
+            assert time.monotonic() - started < budget
+            if (redis_key, inner) in elsewhere:
+                assert status == OK and body == b"v%d" % keys.index((redis_key, inner))
+            else:
+                assert status == MISS
+        stats = remote_stats(d)
+        assert stats["suspensions"] >= 1  # the dead node's breaker opened
+        assert d.stats()["remote"]["state"] == "connected"
+
+        promoted = cluster.wait_for_failover(victim)
+        assert promoted is not victim
+        # The refresh after the failures moves its slots to the promoted replica.
+        rest = on_victim[half:]
+
+        def all_hit():
+            return all(client.get("fx-graph", inner)[0] == OK for _, inner in rest)
+        wait_for(all_hit, timeout=20, interval=0.2, what="hits after the failover")
+        cluster.restart(victim)  # comes back as a replica; nothing breaks
+        cluster.wait_ok()
+        assert client.get("fx-graph", elsewhere[-1][1])[0] == OK
+        assert "Traceback" not in d.log()
+
+
+def test_auto_detects_a_single_node(make_daemon, redis_server):
+    d = make_daemon(*redis_args(), env=redis_env(redis_server))
+    wait_remote_state(d, "connected")
+    assert d.stats()["tiers"]["remote"]["cluster"] == "no"
+    client = Native(d.socket)
+    _, inner = fx_key("single")
+    assert client.put("fx-graph", inner, b"x") == OK
+    wait_for(lambda: remote_stats(d)["written"] == 1, what="the write")
+    assert remote_stats(d)["topology_refreshes"] == 0
+
+
+def test_cluster_nodes_seed_when_the_url_is_down(cluster, make_daemon, tmp_root):
+    """remote.cluster = true with a dead remote.url: the extra seed gives the topology."""
+    from remote_helpers import free_port
+    env = cluster_env(cluster)
+    env["TORCHINDUCTOR_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}"
+    seed = cluster.masters()[2]
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, cluster="true",
+                                cluster_nodes=f"redis://127.0.0.1:{seed.port}"),
+                    env=env, sub="seeds")
+    wait_remote_state(d, "connected")
+    assert d.stats()["tiers"]["remote"]["cluster"] == "yes"
+    redis_key, inner = fx_key("seeded")
+    cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"seeded")
+    assert Native(d.socket).get("fx-graph", inner) == (OK, b"seeded")
