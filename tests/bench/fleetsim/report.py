@@ -55,6 +55,10 @@ def recovery(timeline: dict[int, dict], kill_sec: int, end_sec: int) -> dict:
         worst = min(worst, rate)
         if rate < 1.0:
             last_bad = s
+    if last_bad is not None and not any(
+            timeline.get(s, {}).get("gets") for s in range(last_bad + 1, end_sec + 1)):
+        # No lookups after the last bad second: the recovery was not seen.
+        return {"seconds_to_full_hit_rate": None, "worst_second_hit_rate": worst}
     return {"seconds_to_full_hit_rate": 0 if last_bad is None else last_bad + 1 - kill_sec,
             "worst_second_hit_rate": worst}
 
@@ -90,7 +94,8 @@ def print_comparison(arms: dict[str, dict]) -> None:
     for name, arm in arms.items():
         t = arm["total"]
         rec = arm.get("recovery", {})
-        full = f"{rec['seconds_to_full_hit_rate']} s" if rec else "-"
+        full = "-" if rec.get("seconds_to_full_hit_rate") is None else \
+            f"{rec['seconds_to_full_hit_rate']} s"
         print(f"  {name:<18} {t['gets']:6} {100 * t['hit_rate']:7.2f} {t['errors'] + t['put_errors']:14} "
               f"{t['wrong']:6} {t['p50_ms']:7.2f} {t['p99_ms']:7.2f} {t['redis']['total']:11} "
               f"{t['redis']['get']:7} {t['redis']['set']:7} {t['redis']['cpu_ms'] / 1000:6.1f} "
