@@ -482,16 +482,7 @@ awaitable<RespSession::Next> RespSession::exists_or_del(Args args, bool del) {
 }
 
 std::int64_t RespSession::key_count() const {
-    // Every live entry of every namespace: the disk tier holds them all when
-    // there is one, else the memory tier.
-    const auto summary = m_context.store->tier_summary();
-    for (const auto* tier : {"disk", "memory"}) {
-        const auto& counts = summary[tier];
-        if (counts.is_object() && counts.contains("count")) {
-            return counts["count"].get<std::int64_t>();
-        }
-    }
-    return 0;
+    return static_cast<std::int64_t>(m_context.store->entry_count());
 }
 
 awaitable<RespSession::Next> RespSession::dbsize() {

@@ -111,6 +111,14 @@ void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, con
     }
 }
 
+std::size_t DiskTier::entry_count() const {
+    const std::size_t files = m_index.count();
+    if (!m_writer) {
+        return files;
+    }
+    return files + m_writer->count_if([this](const Hash128& id) { return !m_index.contains(id); });
+}
+
 bool DiskTier::known_absent(std::string_view ns, std::string_view key) const {
     if (!scan_complete() || !is_valid_namespace(ns) || key.size() > k_entry_max_key_size) {
         return false;

@@ -96,6 +96,9 @@ public:
     // complete).
     std::uint64_t size_bytes() const { return m_index.total_bytes(); }
     std::size_t count() const { return m_index.count(); }
+    // Entries, files or not yet: the index's files plus the queued writes of
+    // entries that have no file yet (async mode). What DBSIZE answers.
+    std::size_t entry_count() const;
 
     // Blocks until the startup scan has finished (for tests and tools).
     void wait_for_scan();

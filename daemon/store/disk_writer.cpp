@@ -195,6 +195,17 @@ std::size_t DiskWriteQueue::size() const {
     return m_outstanding.size();
 }
 
+std::size_t DiskWriteQueue::count_if(const std::function<bool(const Hash128&)>& pred) const {
+    std::lock_guard lock(m_mutex);
+    std::size_t count = 0;
+    for (const auto& [id, slot] : m_slots) {
+        if ((slot.queued || slot.writing) && pred(id)) {
+            ++count;
+        }
+    }
+    return count;
+}
+
 DiskWriteQueue::Clock::duration DiskWriteQueue::oldest_age() const {
     std::lock_guard lock(m_mutex);
     if (m_outstanding.empty()) {

@@ -402,6 +402,13 @@ tl::expected<ListPage, StoreError> Store::list(std::string_view ns, std::string_
     return ListPage{};
 }
 
+std::size_t Store::entry_count() const {
+    if (m_disk) {
+        return m_disk->entry_count();
+    }
+    return m_memory ? m_memory->count() : 0;
+}
+
 nlohmann::json Store::tier_summary() const {
     nlohmann::json out = nlohmann::json::object();
     out["memory"] = nullptr;

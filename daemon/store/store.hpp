@@ -114,6 +114,10 @@ public:
     //  "remote": {name} | null}
     nlohmann::json tier_summary() const;
 
+    // Entries of every namespace (DBSIZE): the disk tier's when there is one,
+    // its queued writes included, else the memory tier's.
+    std::size_t entry_count() const;
+
     // The policy in force; `set_policy` replaces it for later calls (calls in
     // progress finish under the old one).
     std::shared_ptr<const StorePolicy> policy() const { return m_policy.load(); }

@@ -128,6 +128,32 @@ TEST_CASE("async disk tier serves queued entries before they are written", "[sto
     CHECK(value_of(tier, "fx-graph", "k") == "queued");
 }
 
+TEST_CASE("async disk tier counts queued entries once", "[store][disk][async]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), async_options(), stats);
+    tier.wait_for_scan();
+    tier.pause_writes(true);
+    for (const char* key : {"a", "b", "c"}) {
+        REQUIRE(tier.put("pgo", key, make_entry(key)));
+    }
+    CHECK(tier.count() == 0); // no file yet
+    CHECK(tier.entry_count() == 3);
+    tier.pause_writes(false);
+    tier.wait_for_writes();
+    CHECK(tier.count() == 3);
+    CHECK(tier.entry_count() == 3);
+
+    // A queued rewrite of an entry that has a file is not a new entry.
+    tier.pause_writes(true);
+    REQUIRE(tier.put("pgo", "a", make_entry("again")));
+    REQUIRE(tier.put("pgo", "d", make_entry("d")));
+    CHECK(tier.entry_count() == 4);
+    tier.pause_writes(false);
+    tier.wait_for_writes();
+    CHECK(tier.entry_count() == 4);
+}
+
 TEST_CASE("async disk tier writes everything queued when destroyed", "[store][disk][async]") {
     TempDir dir;
     Stats stats;
