@@ -221,3 +221,38 @@ write("redis_url", {
     "bad-percent": "redis://u:p%4@h",
     "unix-host": "unix://host/path",
 })
+
+# ---- archives (docs/archive.md) ----
+
+
+def archive_record(ns, key, value, created=1700000000000, expires=0):
+    head = b"\x01" + bytes([len(ns)]) + ns + struct.pack("<H", len(key)) + key + \
+        struct.pack("<QQQ", created, expires, len(value)) + value
+    return head + struct.pack("<Q", xxhash.XXH3_64bits(head, len(head)))
+
+
+def archive(records, end=True, flags=1):
+    stream = b"".join(records)
+    if end:
+        tail = b"\x02" + struct.pack("<QQQ", len(records),
+                                     sum(struct.unpack_from("<Q", r, len(r) - 16)[0]
+                                         for r in records),
+                                     xxhash.XXH3_64bits(stream, len(stream)))
+        stream += tail + struct.pack("<Q", xxhash.XXH3_64bits(tail, len(tail)))
+    bound = zstd.ZSTD_compressBound(len(stream))
+    buf = ctypes.create_string_buffer(bound)
+    n = zstd.ZSTD_compress(buf, bound, stream, len(stream), 3)
+    return b"P2CA" + struct.pack("<HH", 1, flags) + buf.raw[:n]
+
+
+_records = [archive_record(b"fx-graph", b"key-1", b"compiled graph " * 20),
+            archive_record(b"autotune", b"a" * 64 + b".best_config", b'{"XBLOCK": 128}', 1, 2),
+            archive_record(b"pgo", b"k", b"")]
+write("archive", {
+    "three": archive(_records),
+    "empty": archive([]),
+    "no-end": archive(_records, end=False),
+    "bad-flags": archive(_records, flags=3),
+    "truncated": archive(_records)[:-5],
+    "trailing": archive(_records) + b"\x00",
+})
