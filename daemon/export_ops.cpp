@@ -66,10 +66,9 @@ awaitable<tl::expected<void, proto::Error>> serve_dump(Context& context,
         co_return tl::expected<void, proto::Error>{};
     }
     auto& entry = **found;
-    proto::encode_dump_response_head(out.bytes(), header.id,
-                                     static_cast<std::uint64_t>(entry.created_ms),
-                                     static_cast<std::uint64_t>(entry.expires_ms),
-                                     entry.value.size());
+    proto::encode_dump_response_head(
+        out.bytes(), header.id, static_cast<std::uint64_t>(entry.created_ms),
+        static_cast<std::uint64_t>(entry.expires_ms), entry.value.size());
     out.append_blob(std::move(entry.value));
     co_return tl::expected<void, proto::Error>{};
 }
@@ -82,22 +81,19 @@ serve_restore(Context& context, const proto::Header& header, std::span<const std
         co_return tl::make_unexpected(request.error());
     }
     store::Entry entry;
-    entry.value =
-        owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
+    entry.value = owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
     constexpr auto k_max_ms = static_cast<std::uint64_t>(std::numeric_limits<store::UnixMs>::max());
     entry.created_ms = static_cast<store::UnixMs>(std::min(request->created_ms, k_max_ms));
     entry.expires_ms = static_cast<store::UnixMs>(std::min(request->expires_ms, k_max_ms));
     const auto [ns, key] = request->target;
     const bool replace = request->replace;
-    auto outcome = co_await offload(*context.blocking, [&] {
-        return context.store->restore(ns, key, entry, replace);
-    });
+    auto outcome = co_await offload(
+        *context.blocking, [&] { return context.store->restore(ns, key, entry, replace); });
     if (!outcome) {
         co_return tl::make_unexpected(storage_error(outcome.error()));
     }
     proto::encode_response(out.bytes(), header.op, header.id,
-                           *outcome == store::PutOutcome::stored ? Status::ok
-                                                                 : Status::not_stored);
+                           *outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
     co_return tl::expected<void, proto::Error>{};
 }
 
@@ -114,9 +110,8 @@ serve_export_op(Context& context, const proto::Header& header, std::span<const s
     case proto::Op::restore:
         co_return co_await serve_restore(context, header, body, owner, out);
     default:
-        co_return tl::make_unexpected(
-            proto::Error{Status::internal, fmt::format("{} is not an export op",
-                                                       proto::op_name(header.op))});
+        co_return tl::make_unexpected(proto::Error{
+            Status::internal, fmt::format("{} is not an export op", proto::op_name(header.op))});
     }
 }
 

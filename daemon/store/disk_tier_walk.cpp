@@ -222,7 +222,8 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
             continue;
         }
         const std::string_view after = ns == cursor_ns ? cursor_name : std::string_view();
-        const std::string_view first_shard = after.substr(0, std::min<std::size_t>(2, after.size()));
+        const std::string_view first_shard =
+            after.substr(0, std::min<std::size_t>(2, after.size()));
         const std::string ns_dir = m_layout.ns_dir(ns);
         for (const std::string& shard : sorted_shards(ns_dir)) {
             if (shard < first_shard) {

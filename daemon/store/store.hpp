@@ -114,8 +114,7 @@ public:
                                             const std::vector<std::string>& namespaces);
     // The entry in the local tiers (disk, or memory without one), without
     // side effects: not counted, no refill, no LRU refresh, no remote.
-    tl::expected<std::optional<Entry>, StoreError> dump(std::string_view ns,
-                                                        std::string_view key);
+    tl::expected<std::optional<Entry>, StoreError> dump(std::string_view ns, std::string_view key);
     // Stores `entry` in the local tiers (never the remote one) unless, without
     // `replace`, a live local entry is at least as recent (`created_ms`), or
     // the entry has expired, or the policy keeps `ns` out of the local tiers:

@@ -228,15 +228,13 @@ write("redis_url", {
 def archive_record(ns, key, value, created=1700000000000, expires=0):
     head = b"\x01" + bytes([len(ns)]) + ns + struct.pack("<H", len(key)) + key + \
         struct.pack("<QQQ", created, expires, len(value)) + value
-    return head + struct.pack("<Q", xxhash.XXH3_64bits(head, len(head)))
+    return head + struct.pack("<Q", xxhash.XXH3_64bits(head, len(head))), len(value)
 
 
 def archive(records, end=True, flags=1):
-    stream = b"".join(records)
+    stream = b"".join(r for r, _ in records)
     if end:
-        tail = b"\x02" + struct.pack("<QQQ", len(records),
-                                     sum(struct.unpack_from("<Q", r, len(r) - 16)[0]
-                                         for r in records),
+        tail = b"\x02" + struct.pack("<QQQ", len(records), sum(size for _, size in records),
                                      xxhash.XXH3_64bits(stream, len(stream)))
         stream += tail + struct.pack("<Q", xxhash.XXH3_64bits(tail, len(tail)))
     bound = zstd.ZSTD_compressBound(len(stream))
