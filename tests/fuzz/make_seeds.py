@@ -36,7 +36,7 @@ def write(name, seeds):
 
 # ---- native frames (docs/protocol.md) ----
 OP = dict(hello=1, ping=2, get=3, put=4, exists=5, delete=6, stats=7, list=8, clear=9,
-          bundle_begin=0x20, bundle_end=0x21)
+          scan=0x0B, dump=0x0C, restore=0x0D, bundle_begin=0x20, bundle_end=0x21)
 
 
 def frame(op, body=b"", flags=0, id=7):
@@ -70,6 +70,15 @@ frames = {
     "clear": frame("clear", str8(b"inductor")),
     "bundle-begin": frame("bundle_begin", str16(b"c" * 52) + str16(b"backend")),
     "bundle-end": frame("bundle_end", struct.pack("<Q", 12345)),
+    "scan": frame("scan", str16(b"") + struct.pack("<IQB", 1000, 0, 2) + str8(b"fx-graph") +
+                  str8(b"pgo")),
+    "scan-cursor": frame("scan", str16(b"pgo/" + b"0" * 32) + struct.pack("<IQB", 0, 5, 0)),
+    "dump": frame("dump", str8(b"inductor") + str16(KEY)),
+    "restore": frame("restore", str8(b"pgo") + str16(KEY) + struct.pack("<QQ", 1, 0) + b"v" * 9,
+                     flags=1),
+    "scan-response": frame("scan", str16(b"pgo/ab") + struct.pack("<I", 1) + str8(b"pgo") +
+                           str16(b"k") + struct.pack("<QQQ", 3, 4, 5)),
+    "dump-response": frame("dump", struct.pack("<QQ", 7, 8) + b"value"),
     "hello-response": frame("hello", struct.pack("<HIQH", 1, 3, 512 << 20, 1024) +
                             str8(b"pt2cached")),
     "list-response": frame("list", str16(b"next") + struct.pack("<I", 1) + str16(b"k") +
