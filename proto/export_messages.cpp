@@ -58,10 +58,8 @@ parse_restore(const Header& header, std::span<const std::byte> body, const Limit
         return malformed("RESTORE body");
     }
     request.value = reader.rest();
-    if (request.value.size() > limits.max_value) {
-        return tl::unexpected(
-            Error{Status::value_too_large, fmt::format("value of {} bytes exceeds max_value {}",
-                                                       request.value.size(), limits.max_value)});
+    if (auto ok = detail::check_value_size(request.value, limits); !ok) {
+        return tl::unexpected(ok.error());
     }
     return request;
 }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -21,6 +22,9 @@ tl::unexpected<Error> malformed(std::string_view what);
 tl::expected<void, Error> check_namespace(std::string_view ns);
 // Reads <ns:str8> <key:str16> and validates both.
 tl::expected<KeyRef, Error> read_key_ref(ByteReader& reader, std::string_view what);
+
+// VALUE_TOO_LARGE when `value` is longer than `limits.max_value`.
+tl::expected<void, Error> check_value_size(std::span<const std::byte> value, const Limits& limits);
 
 // Appends a header with a placeholder length, returns the header's offset.
 std::size_t begin_frame(std::vector<std::byte>& out, Op op, std::uint8_t flags, std::uint32_t id);

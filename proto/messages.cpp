@@ -52,11 +52,21 @@ tl::expected<KeyRef, Error> read_key_ref(ByteReader& reader, std::string_view wh
     return ref;
 }
 
+tl::expected<void, Error> check_value_size(std::span<const std::byte> value, const Limits& limits) {
+    if (value.size() > limits.max_value) {
+        return tl::unexpected(
+            Error{Status::value_too_large, fmt::format("value of {} bytes exceeds max_value {}",
+                                                       value.size(), limits.max_value)});
+    }
+    return {};
+}
+
 } // namespace detail
 
 namespace {
 
 using detail::check_namespace;
+using detail::check_value_size;
 using detail::malformed;
 using detail::read_key_ref;
 
@@ -119,10 +129,8 @@ tl::expected<PutRequest, Error> parse_put(const Header& header, std::span<const 
         return malformed("PUT body");
     }
     request.value = reader.rest();
-    if (request.value.size() > limits.max_value) {
-        return tl::unexpected(
-            Error{Status::value_too_large, fmt::format("value of {} bytes exceeds max_value {}",
-                                                       request.value.size(), limits.max_value)});
+    if (auto ok = check_value_size(request.value, limits); !ok) {
+        return tl::unexpected(ok.error());
     }
     return request;
 }

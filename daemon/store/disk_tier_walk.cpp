@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -39,6 +40,37 @@ std::vector<std::string> sorted_shards(const std::string& ns_dir) {
     }
     std::sort(shards.begin(), shards.end());
     return shards;
+}
+
+// The entry file names in `shard_dir` that sort after `after`, sorted.
+std::vector<std::string> entry_names_after(const std::string& shard_dir, const std::string& shard,
+                                           std::string_view after) {
+    std::vector<std::string> names;
+    if (auto files = list_dir(shard_dir)) {
+        for (auto& file : *files) {
+            if (file.name > after && file.name.starts_with(shard) && parse_entry_name(file.name)) {
+                names.push_back(std::move(file.name));
+            }
+        }
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// The header of the entry file at `path` when it is a regular file holding
+// a live entry of `ns`; broken, foreign and expired files are nullopt.
+std::optional<EntryFileHeader> live_header(const std::string& path, std::string_view ns,
+                                           UnixMs now) {
+    auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
+    struct stat info {};
+    if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        return std::nullopt;
+    }
+    auto header = read_entry_header(fd->get());
+    if (!header || header->header.ns != ns || header->header.expired(now)) {
+        return std::nullopt;
+    }
+    return std::move(*header);
 }
 
 // A temporary file is left over unless its writer may still be running.
@@ -149,34 +181,19 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
             continue;
         }
         const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
-        std::vector<std::string> names;
-        if (auto files = list_dir(shard_dir)) {
-            for (auto& file : *files) {
-                if (file.name > cursor && file.name.starts_with(shard) &&
-                    parse_entry_name(file.name)) {
-                    names.push_back(std::move(file.name));
-                }
-            }
-        }
-        std::sort(names.begin(), names.end());
-        for (const std::string& name : names) {
+        for (const std::string& name : entry_names_after(shard_dir, shard, cursor)) {
             if (page.entries.size() == limit) {
                 // Another candidate exists: the listing goes on.
                 page.next_cursor = last_examined;
                 return page;
             }
             last_examined = name;
-            const std::string path = fmt::format("{}/{}", shard_dir, name);
-            auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
-            struct stat info {};
-            if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+            const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
+            if (!header) {
                 continue;
             }
-            const auto header = read_entry_header(fd->get());
-            if (!header || header->header.ns != ns || header->header.expired(now)) {
-                continue;
-            }
-            page.entries.push_back({header->header.key, header->header.value_size, mtime_ms(info)});
+            page.entries.push_back(
+                {header->header.key, header->header.value_size, header->mtime_ms});
         }
     }
     return page;
@@ -230,17 +247,7 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
                 continue;
             }
             const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
-            std::vector<std::string> names;
-            if (auto files = list_dir(shard_dir)) {
-                for (auto& file : *files) {
-                    if (file.name > after && file.name.starts_with(shard) &&
-                        parse_entry_name(file.name)) {
-                        names.push_back(std::move(file.name));
-                    }
-                }
-            }
-            std::sort(names.begin(), names.end());
-            for (const std::string& name : names) {
+            for (const std::string& name : entry_names_after(shard_dir, shard, after)) {
                 if (page.entries.size() == limit || examined == k_scan_files_per_page) {
                     // Another candidate exists: the scan goes on.
                     page.next_cursor = last_examined;
@@ -248,15 +255,8 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
                 }
                 ++examined;
                 last_examined = fmt::format("{}/{}", ns, name);
-                const std::string path = fmt::format("{}/{}", shard_dir, name);
-                auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
-                struct stat info {};
-                if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-                    continue;
-                }
-                const auto header = read_entry_header(fd->get());
-                if (!header || header->header.ns != ns || header->header.expired(now) ||
-                    header->header.created_ms < since_ms) {
+                const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
+                if (!header || header->header.created_ms < since_ms) {
                     continue;
                 }
                 page.entries.push_back({ns, header->header.key, header->header.value_size,
