@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <cstring>
 #include <string>
 #include <variant>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "proto/frame.hpp"
 
 #include <catch2/catch.hpp>
+#include <xxhash.h>
+#include <zstd.h>
 
 using namespace pt2cache::proto;
 using pt2cache::proto::archive::Damage;
@@ -244,4 +247,31 @@ TEST_CASE("SCAN, DUMP and RESTORE bodies round-trip", "[proto][export]") {
     CHECK(dump->created_ms == 5);
     CHECK(dump->expires_ms == 6);
     CHECK(as_text(dump->value) == value);
+}
+
+TEST_CASE("the stream matches the example in docs/archive.md", "[proto][archive]") {
+    Writer writer;
+    std::vector<std::byte> out;
+    writer.begin(out);
+    REQUIRE(writer.add({"pgo", "k", 1, 0, as_bytes(std::string_view("v"))}, out));
+    REQUIRE(writer.finish(out));
+    // The 8-byte header, not compressed.
+    const std::vector<std::byte> header(out.begin(), out.begin() + 8);
+    CHECK(as_text(header) == std::string_view("P2CA\x01\x00\x01\x00", 8));
+    // The stream, decompressed.
+    std::vector<std::byte> stream(4096);
+    const auto size = ZSTD_decompress(stream.data(), stream.size(), out.data() + 8, out.size() - 8);
+    REQUIRE_FALSE(ZSTD_isError(size));
+    stream.resize(size);
+    const std::string record = std::string("\x01\x03pgo\x01\x00k", 8) +
+                               std::string("\x01\0\0\0\0\0\0\0", 8) + std::string(8, '\0') +
+                               std::string("\x01\0\0\0\0\0\0\0", 8) + "v";
+    REQUIRE(stream.size() == record.size() + 8 + 33);
+    CHECK(as_text(stream).substr(0, record.size()) == record);
+    const auto checksum = XXH3_64bits(record.data(), record.size());
+    CHECK(std::memcmp(stream.data() + record.size(), &checksum, 8) == 0);
+    const auto end = as_text(stream).substr(record.size() + 8);
+    CHECK(end.substr(0, 17) == std::string("\x02\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0", 17));
+    const auto stream_checksum = XXH3_64bits(stream.data(), record.size() + 8);
+    CHECK(std::memcmp(end.data() + 17, &stream_checksum, 8) == 0);
 }
