@@ -333,7 +333,7 @@ void add_archive_commands(CLI::App& app, ArchiveCommands& commands) {
         "Write the disk cache's entries as an archive (docs/archive.md) to stdout or FILE");
     exp->add_option("--ns", args.namespaces, "Only this namespace (repeatable; default: all)")
         ->type_name("NS")
-        ->check(CLI::Validator(ns_problem, "NS"));
+        ->check(CLI::Validator(ns_problem, ""));
     exp->add_option("--since", args.since,
                     "Only entries stored within DURATION (90s, 30m, 12h, 7d, 2w)")
         ->type_name("DURATION");

@@ -337,3 +337,17 @@ def test_export_memory_is_bounded(daemon, tmp_root):
     peak_kib = int(out(result).split()[-1])
     assert archive.stat().st_size > 96 << 20
     assert peak_kib < 40 * 1024, f"export peak RSS {peak_kib} KiB"
+
+
+def test_round_trip_with_async_disk_writes(make_daemon, tmp_root):
+    """With write-behind disk writes, SCAN still sees what was just stored."""
+    a = make_daemon("--set", "disk.write_mode=async", sub="a")
+    b = make_daemon("--set", "disk.write_mode=async", sub="b")
+    values = fill(a)
+    archive = tmp_root / "x.p2ca"
+    assert a.cli("export", "-o", str(archive)).returncode == OK
+    result = b.cli("import", str(archive))
+    assert imported_count(result) == len(values), out(result)
+    assert everything(b, values) == everything(a, values)
+    again = tmp_root / "again.p2ca"
+    assert f"exported {len(values)} entries" in err(b.cli("export", "-o", str(again)))
