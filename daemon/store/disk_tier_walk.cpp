@@ -217,6 +217,9 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
     if (!enabled()) {
         return page;
     }
+    // Read your writes: the entries queued before this call are listed (and
+    // the namespace directories their writes create are there).
+    wait_for_writes();
     std::vector<std::string> names_of_ns = namespaces;
     if (names_of_ns.empty()) {
         if (auto entries = list_dir(m_layout.versioned())) {
@@ -229,8 +232,6 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
     }
     std::sort(names_of_ns.begin(), names_of_ns.end());
     names_of_ns.erase(std::unique(names_of_ns.begin(), names_of_ns.end()), names_of_ns.end());
-    // Read your writes: the entries queued before this call are listed.
-    wait_for_writes();
     const UnixMs now = now_ms();
     std::size_t examined = 0;
     std::string last_examined;
