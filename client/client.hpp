@@ -140,6 +140,27 @@ struct ListPage {
     std::string next_cursor; // empty: the listing is complete
 };
 
+// An entry as SCAN lists it (docs/protocol.md, "Export and import").
+struct ScanEntry {
+    std::string ns;
+    std::string key;
+    std::uint64_t size = 0;
+    std::uint64_t created_ms = 0; // milliseconds since the Unix epoch
+    std::uint64_t expires_ms = 0; // 0: never
+};
+
+struct ScanPage {
+    std::vector<ScanEntry> entries;
+    std::string next_cursor; // empty: the scan is complete
+};
+
+// What DUMP answers.
+struct DumpedEntry {
+    std::uint64_t created_ms = 0;
+    std::uint64_t expires_ms = 0; // 0: never
+    Bytes value;
+};
+
 // One connection to pt2cached, opened on the first call. Not thread-safe: use
 // one Client per thread, or lock around it. After fork() the child drops the
 // inherited connection and opens its own.
@@ -191,6 +212,23 @@ public:
     // `limit` is capped at 10,000 by the daemon.
     tl::expected<ListPage, Error> list(std::string_view ns, std::string_view cursor = {},
                                        std::uint32_t limit = 1000);
+
+    // Export and import (docs/protocol.md, "Export and import";
+    // export_operations.cpp). One page of the disk tier's entries in
+    // `namespaces` (empty: all; at most 64) created at or after `since_ms`
+    // (0: all); start with an empty cursor, then pass next_cursor until it
+    // comes back empty. A page may be empty before the end.
+    tl::expected<ScanPage, Error> scan(std::string_view cursor, std::uint32_t limit,
+                                       std::uint64_t since_ms,
+                                       std::span<const std::string> namespaces = {});
+    // The entry in the daemon's local tiers, without side effects there.
+    tl::expected<std::optional<DumpedEntry>, Error> dump(std::string_view ns, std::string_view key);
+    // Stores an entry with its times in the local tiers. False (NOT_STORED)
+    // when, without `replace`, a live entry at least as recent exists, or it
+    // could not be stored there (expired, namespace not cached locally).
+    tl::expected<bool, Error> restore(std::string_view ns, std::string_view key,
+                                      std::uint64_t created_ms, std::uint64_t expires_ms,
+                                      std::span<const std::byte> value, bool replace);
 
     // Removes every entry of `ns`; returns how many were removed.
     tl::expected<std::uint64_t, Error> clear(std::string_view ns);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "client/client.hpp"
+#include "client/ops_common.hpp"
 #include "proto/bytes.hpp"
 #include "proto/frame.hpp"
 #include "proto/hash_files.hpp"
@@ -17,6 +18,10 @@
 
 namespace pt2cache::client {
 
+using detail::check_namespace;
+using detail::invalid;
+using detail::unexpected_status;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -25,27 +30,6 @@ constexpr std::uint64_t k_max_stats_body = 64u << 20;
 // get_many keeps at most this many request bytes unanswered, well under a
 // socket buffer, so that neither side can block writing while the other does.
 constexpr std::size_t k_pipeline_window = 64u << 10;
-
-// An argument the daemon would refuse, reported as the daemon would.
-tl::unexpected<Error> invalid(Status status, std::string message) {
-    return tl::unexpected(Error{ErrorKind::server, status, std::move(message)});
-}
-
-Error unexpected_status(proto::Op op, Status status) {
-    return Error{
-        ErrorKind::protocol, Status::internal,
-        fmt::format("pt2cached answered {} to {}", status_name(status), proto::op_name(op))};
-}
-
-tl::expected<void, Error> check_namespace(std::string_view ns) {
-    if (!proto::valid_namespace(ns)) {
-        return invalid(Status::bad_namespace,
-                       fmt::format("invalid namespace \"{}\": expected 1 to {} characters of "
-                                   "[a-z0-9-]",
-                                   ns.substr(0, 40), proto::k_max_namespace));
-    }
-    return {};
-}
 
 } // namespace
 

@@ -5,6 +5,7 @@
 
 #include "daemon/bundles.hpp"
 #include "daemon/connection.hpp"
+#include "daemon/export_ops.hpp"
 #include "daemon/fetch.hpp"
 #include "daemon/file_hashes.hpp"
 #include "daemon/latency_recorder.hpp"
@@ -303,6 +304,15 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
             co_return fail(header, hashes.error());
         }
         reply(header, Status::ok, *hashes);
+        co_return true;
+    }
+    case Op::scan:
+    case Op::dump:
+    case Op::restore: {
+        auto served = co_await serve_export_op(m_context, header, body, owner, m_out);
+        if (!served) {
+            co_return fail(header, served.error());
+        }
         co_return true;
     }
     case Op::bundle_begin:

@@ -28,6 +28,12 @@ std::string_view op_name(Op op) {
         return "CLEAR";
     case Op::hash_files:
         return "HASH_FILES";
+    case Op::scan:
+        return "SCAN";
+    case Op::dump:
+        return "DUMP";
+    case Op::restore:
+        return "RESTORE";
     case Op::bundle_begin:
         return "BUNDLE_BEGIN";
     case Op::bundle_end:
@@ -82,6 +88,9 @@ bool is_known_op(std::uint8_t op) {
     case Op::list:
     case Op::clear:
     case Op::hash_files:
+    case Op::scan:
+    case Op::dump:
+    case Op::restore:
     case Op::bundle_begin:
     case Op::bundle_end:
         return true;
@@ -105,6 +114,7 @@ bool closes_connection(Status status) {
 std::uint64_t max_request_body(Op op, const Limits& limits) {
     switch (op) {
     case Op::put:
+    case Op::restore:
         return k_put_overhead + limits.max_value;
     case Op::ping:
         return k_max_ping;
@@ -157,7 +167,7 @@ tl::expected<Header, Error> decode_request_header(std::span<const std::byte, k_h
     }
     const std::uint64_t max = max_request_body(header->op, limits);
     if (header->length > max) {
-        const bool value = header->op == Op::put;
+        const bool value = header->op == Op::put || header->op == Op::restore;
         return tl::unexpected(
             Error{value ? Status::value_too_large : Status::malformed,
                   fmt::format("{} body of {} bytes exceeds the limit of {} bytes{}",

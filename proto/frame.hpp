@@ -27,7 +27,9 @@ inline constexpr std::size_t k_max_ping = 64u << 10;
 inline constexpr std::size_t k_max_small_body = 4096;
 inline constexpr std::uint32_t k_max_list_limit = 10'000;
 inline constexpr std::size_t k_max_hash_files_body = 1u << 20;
-// ns:str8 + key:str16 + ttl:u64 + bundle token:u64, at their largest.
+inline constexpr std::size_t k_max_scan_namespaces = 64;
+// ns:str8 + key:str16 + ttl:u64 + bundle token:u64, at their largest (and
+// RESTORE's ns:str8 + key:str16 + created_ms:u64 + expires_ms:u64).
 inline constexpr std::size_t k_put_overhead = 1 + k_max_namespace + 2 + k_max_key + 8 + 8;
 
 enum class Op : std::uint8_t {
@@ -41,6 +43,9 @@ enum class Op : std::uint8_t {
     list = 0x08,
     clear = 0x09,
     hash_files = 0x0A,
+    scan = 0x0B,
+    dump = 0x0C,
+    restore = 0x0D,
     bundle_begin = 0x20,
     bundle_end = 0x21,
 };
@@ -72,6 +77,10 @@ namespace put_flag {
 inline constexpr std::uint8_t only_if_absent = 1u << 0;
 inline constexpr std::uint8_t bundle = 1u << 7;
 } // namespace put_flag
+
+namespace restore_flag {
+inline constexpr std::uint8_t replace = 1u << 0;
+} // namespace restore_flag
 
 std::string_view op_name(Op op);
 std::string_view status_name(Status status);

@@ -5,12 +5,13 @@
 #include <limits>
 
 #include "proto/bytes.hpp"
+#include "proto/message_parts.hpp"
 
 #include <fmt/format.h>
 
 namespace pt2cache::proto {
 
-namespace {
+namespace detail {
 
 tl::unexpected<Error> malformed(std::string_view what) {
     return tl::unexpected(Error{Status::malformed, fmt::format("malformed {}", what)});
@@ -50,6 +51,24 @@ tl::expected<KeyRef, Error> read_key_ref(ByteReader& reader, std::string_view wh
     }
     return ref;
 }
+
+tl::expected<void, Error> check_value_size(std::span<const std::byte> value, const Limits& limits) {
+    if (value.size() > limits.max_value) {
+        return tl::unexpected(
+            Error{Status::value_too_large, fmt::format("value of {} bytes exceeds max_value {}",
+                                                       value.size(), limits.max_value)});
+    }
+    return {};
+}
+
+} // namespace detail
+
+namespace {
+
+using detail::check_namespace;
+using detail::check_value_size;
+using detail::malformed;
+using detail::read_key_ref;
 
 std::optional<std::uint64_t> read_token(ByteReader& reader, std::uint8_t flags) {
     if ((flags & put_flag::bundle) == 0) {
@@ -110,10 +129,8 @@ tl::expected<PutRequest, Error> parse_put(const Header& header, std::span<const 
         return malformed("PUT body");
     }
     request.value = reader.rest();
-    if (request.value.size() > limits.max_value) {
-        return tl::unexpected(
-            Error{Status::value_too_large, fmt::format("value of {} bytes exceeds max_value {}",
-                                                       request.value.size(), limits.max_value)});
+    if (auto ok = check_value_size(request.value, limits); !ok) {
+        return tl::unexpected(ok.error());
     }
     return request;
 }
@@ -180,7 +197,7 @@ tl::expected<std::uint64_t, Error> parse_bundle_end(std::span<const std::byte> b
 
 // ---- request encoding ----
 
-namespace {
+namespace detail {
 
 // Appends a header with a placeholder length, returns the header's offset.
 std::size_t begin_frame(std::vector<std::byte>& out, Op op, std::uint8_t flags, std::uint32_t id) {
@@ -189,12 +206,15 @@ std::size_t begin_frame(std::vector<std::byte>& out, Op op, std::uint8_t flags, 
     return at;
 }
 
-void finish_frame(std::vector<std::byte>& out, std::size_t at, std::size_t extra = 0) {
+void finish_frame(std::vector<std::byte>& out, std::size_t at, std::size_t extra) {
     const auto length = static_cast<std::uint32_t>(out.size() - at - k_header_size + extra);
     std::memcpy(out.data() + at + 8, &length, sizeof length);
 }
 
-} // namespace
+} // namespace detail
+
+using detail::begin_frame;
+using detail::finish_frame;
 
 void encode_hello(std::vector<std::byte>& out, std::uint32_t id, const HelloRequest& request) {
     const auto at = begin_frame(out, Op::hello, 0, id);

@@ -26,7 +26,7 @@ const char* const k_exit_status_help =
     "  1  miss: no such entry (get, rm, bundle show, autotune show), or not stored\n"
     "     (put --nx)\n"
     "  2  usage error: bad arguments, unreadable input or unwritable output file,\n"
-    "     invalid configuration\n"
+    "     a damaged or truncated archive (import), invalid configuration\n"
     "  3  pt2cached unreachable, or it did not answer within --timeout\n"
     "  4  pt2cached answered an error, or a reply this client does not understand,\n"
     "     or a bundle or best-config that is not valid (bundle show, autotune show)";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cli/archive_commands.hpp"
 #include "client/cli/commands.hpp"
 #include "client/cli/top.hpp"
 #include "proto/frame.hpp"
@@ -162,6 +163,9 @@ int run(int argc, char** argv) {
         ->required();
     cxx->add_option("ARGS", cxx_args, "The compiler command line (after --)")->required();
 
+    ArchiveCommands archive;
+    add_archive_commands(app, archive);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -210,6 +214,9 @@ int run(int argc, char** argv) {
     }
     if (*autotune_show) {
         return run_autotune_show(globals, autotune_key);
+    }
+    if (auto status = archive.run(globals)) {
+        return *status;
     }
     return exit_status::usage;
 }

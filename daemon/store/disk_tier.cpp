@@ -134,6 +134,16 @@ bool DiskTier::known_absent(std::string_view ns, std::string_view key) const {
 
 tl::expected<std::optional<Entry>, StoreError> DiskTier::get(std::string_view ns,
                                                              std::string_view key) {
+    return load(ns, key, true);
+}
+
+tl::expected<std::optional<Entry>, StoreError> DiskTier::peek(std::string_view ns,
+                                                              std::string_view key) {
+    return load(ns, key, false);
+}
+
+tl::expected<std::optional<Entry>, StoreError> DiskTier::load(std::string_view ns,
+                                                              std::string_view key, bool touch) {
     if (!is_valid_namespace(ns)) {
         return tl::make_unexpected(bad_namespace(ns));
     }
@@ -198,10 +208,12 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::get(std::string_view ns
         discard_corrupt(ns, path, id, fd->get(), decoded.error());
         return std::nullopt;
     }
-    // Refresh the mtime so the LRU order survives a restart. Failure only
-    // costs LRU accuracy.
-    ::futimens(fd->get(), nullptr);
-    m_index.record(ns, id, header->size);
+    if (touch) {
+        // Refresh the mtime so the LRU order survives a restart. Failure only
+        // costs LRU accuracy.
+        ::futimens(fd->get(), nullptr);
+        m_index.record(ns, id, header->size);
+    }
     return std::move(decoded->entry);
 }
 

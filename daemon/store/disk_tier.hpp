@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "daemon/store/disk_index.hpp"
 #include "daemon/store/disk_layout.hpp"
@@ -82,6 +83,20 @@ public:
     tl::expected<ListPage, StoreError> list(std::string_view ns, std::string_view cursor,
                                             std::size_t limit);
 
+    // Like get, without side effects: the file's mtime (its LRU place) and
+    // the index are left alone.
+    tl::expected<std::optional<Entry>, StoreError> peek(std::string_view ns, std::string_view key);
+
+    // A page of live entries of every namespace (or of `namespaces`, sorted
+    // or not) created at or after `since_ms`, in (namespace, file name) order
+    // after `cursor` ("<ns>/<file name>" of the last file examined; empty for
+    // the first page). At most `limit` entries and k_scan_files_per_page
+    // files examined; `next_cursor` is empty on the last page. disk_tier_walk.cpp.
+    tl::expected<ScanPage, StoreError> scan_entries(std::string_view cursor, std::size_t limit,
+                                                    UnixMs since_ms,
+                                                    const std::vector<std::string>& namespaces);
+    static constexpr std::size_t k_scan_files_per_page = 10'000;
+
     bool enabled() const { return m_options.max_size > 0; }
     std::uint64_t capacity() const { return m_options.max_size; }
     const DiskOptions& options() const { return m_options; }
@@ -116,6 +131,9 @@ public:
 
 private:
     void scan();
+    // get (`touch`: refresh the mtime and the index) and peek.
+    tl::expected<std::optional<Entry>, StoreError> load(std::string_view ns, std::string_view key,
+                                                        bool touch);
     void evict_loop();
     void wake_evictor_if_needed();
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The parts of DiskTier that walk directories: the startup scan, LIST and
-// CLEAR.
+// The parts of DiskTier that walk directories: the startup scan, LIST, SCAN
+// and CLEAR.
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -39,6 +40,37 @@ std::vector<std::string> sorted_shards(const std::string& ns_dir) {
     }
     std::sort(shards.begin(), shards.end());
     return shards;
+}
+
+// The entry file names in `shard_dir` that sort after `after`, sorted.
+std::vector<std::string> entry_names_after(const std::string& shard_dir, const std::string& shard,
+                                           std::string_view after) {
+    std::vector<std::string> names;
+    if (auto files = list_dir(shard_dir)) {
+        for (auto& file : *files) {
+            if (file.name > after && file.name.starts_with(shard) && parse_entry_name(file.name)) {
+                names.push_back(std::move(file.name));
+            }
+        }
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// The header of the entry file at `path` when it is a regular file holding
+// a live entry of `ns`; broken, foreign and expired files are nullopt.
+std::optional<EntryFileHeader> live_header(const std::string& path, std::string_view ns,
+                                           UnixMs now) {
+    auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
+    struct stat info {};
+    if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        return std::nullopt;
+    }
+    auto header = read_entry_header(fd->get());
+    if (!header || header->header.ns != ns || header->header.expired(now)) {
+        return std::nullopt;
+    }
+    return std::move(*header);
 }
 
 // A temporary file is left over unless its writer may still be running.
@@ -149,34 +181,88 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
             continue;
         }
         const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
-        std::vector<std::string> names;
-        if (auto files = list_dir(shard_dir)) {
-            for (auto& file : *files) {
-                if (file.name > cursor && file.name.starts_with(shard) &&
-                    parse_entry_name(file.name)) {
-                    names.push_back(std::move(file.name));
-                }
-            }
-        }
-        std::sort(names.begin(), names.end());
-        for (const std::string& name : names) {
+        for (const std::string& name : entry_names_after(shard_dir, shard, cursor)) {
             if (page.entries.size() == limit) {
                 // Another candidate exists: the listing goes on.
                 page.next_cursor = last_examined;
                 return page;
             }
             last_examined = name;
-            const std::string path = fmt::format("{}/{}", shard_dir, name);
-            auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
-            struct stat info {};
-            if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+            const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
+            if (!header) {
                 continue;
             }
-            const auto header = read_entry_header(fd->get());
-            if (!header || header->header.ns != ns || header->header.expired(now)) {
+            page.entries.push_back(
+                {header->header.key, header->header.value_size, header->mtime_ms});
+        }
+    }
+    return page;
+}
+
+tl::expected<ScanPage, StoreError>
+DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_ms,
+                       const std::vector<std::string>& namespaces) {
+    std::string_view cursor_ns;
+    std::string_view cursor_name;
+    if (!cursor.empty()) {
+        const auto slash = cursor.find('/');
+        cursor_ns = cursor.substr(0, slash);
+        cursor_name = slash == std::string_view::npos ? "" : cursor.substr(slash + 1);
+        if (!is_valid_namespace(cursor_ns) || !parse_entry_name(cursor_name)) {
+            return tl::make_unexpected(StoreError{Failure::io, "invalid SCAN cursor"});
+        }
+    }
+    limit = std::max<std::size_t>(limit, 1);
+    ScanPage page;
+    if (!enabled()) {
+        return page;
+    }
+    // Read your writes: the entries queued before this call are listed (and
+    // the namespace directories their writes create are there).
+    wait_for_writes();
+    std::vector<std::string> names_of_ns = namespaces;
+    if (names_of_ns.empty()) {
+        if (auto entries = list_dir(m_layout.versioned())) {
+            for (auto& entry : *entries) {
+                if (entry.is_dir && is_valid_namespace(entry.name)) {
+                    names_of_ns.push_back(std::move(entry.name));
+                }
+            }
+        }
+    }
+    std::sort(names_of_ns.begin(), names_of_ns.end());
+    names_of_ns.erase(std::unique(names_of_ns.begin(), names_of_ns.end()), names_of_ns.end());
+    const UnixMs now = now_ms();
+    std::size_t examined = 0;
+    std::string last_examined;
+    for (const std::string& ns : names_of_ns) {
+        if (!is_valid_namespace(ns) || ns < cursor_ns) {
+            continue;
+        }
+        const std::string_view after = ns == cursor_ns ? cursor_name : std::string_view();
+        const std::string_view first_shard =
+            after.substr(0, std::min<std::size_t>(2, after.size()));
+        const std::string ns_dir = m_layout.ns_dir(ns);
+        for (const std::string& shard : sorted_shards(ns_dir)) {
+            if (shard < first_shard) {
                 continue;
             }
-            page.entries.push_back({header->header.key, header->header.value_size, mtime_ms(info)});
+            const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
+            for (const std::string& name : entry_names_after(shard_dir, shard, after)) {
+                if (page.entries.size() == limit || examined == k_scan_files_per_page) {
+                    // Another candidate exists: the scan goes on.
+                    page.next_cursor = last_examined;
+                    return page;
+                }
+                ++examined;
+                last_examined = fmt::format("{}/{}", ns, name);
+                const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
+                if (!header || header->header.created_ms < since_ms) {
+                    continue;
+                }
+                page.entries.push_back({ns, header->header.key, header->header.value_size,
+                                        header->header.created_ms, header->header.expires_ms});
+            }
         }
     }
     return page;

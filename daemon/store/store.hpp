@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/store/disk_tier.hpp"
 #include "daemon/store/memory_tier.hpp"
@@ -108,6 +109,22 @@ public:
     // The cursor is opaque and only valid for the same tier configuration.
     tl::expected<ListPage, StoreError> list(std::string_view ns, std::string_view cursor,
                                             std::size_t limit);
+
+    // Export and import (docs/protocol.md, "Export and import";
+    // store_export.cpp). `scan` pages through the disk tier's entries (an
+    // empty page without one).
+    tl::expected<ScanPage, StoreError> scan(std::string_view cursor, std::size_t limit,
+                                            UnixMs since_ms,
+                                            const std::vector<std::string>& namespaces);
+    // The entry in the local tiers (disk, or memory without one), without
+    // side effects: not counted, no refill, no LRU refresh, no remote.
+    tl::expected<std::optional<Entry>, StoreError> dump(std::string_view ns, std::string_view key);
+    // Stores `entry` in the local tiers (never the remote one) unless, without
+    // `replace`, a live local entry is at least as recent (`created_ms`), or
+    // the entry has expired, or the policy keeps `ns` out of the local tiers:
+    // then `not_stored`. Atomic with respect to other puts of the key.
+    tl::expected<PutOutcome, StoreError> restore(std::string_view ns, std::string_view key,
+                                                 Entry entry, bool replace);
 
     // {"memory": {bytes, count, capacity} | null,
     //  "disk": {bytes, count, capacity, scan_complete} | null,

@@ -50,6 +50,20 @@ struct ListPage {
     std::string next_cursor; // empty: no more entries
 };
 
+// An entry as SCAN lists it (docs/protocol.md, "Export and import").
+struct ScanEntry {
+    std::string ns;
+    std::string key;
+    std::uint64_t size = 0;
+    UnixMs created_ms = 0;
+    UnixMs expires_ms = 0;
+};
+
+struct ScanPage {
+    std::vector<ScanEntry> entries;
+    std::string next_cursor; // empty: no more entries
+};
+
 class Tier {
 public:
     virtual ~Tier() = default;

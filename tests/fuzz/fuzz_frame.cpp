@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "proto/export_messages.hpp"
 #include "proto/frame.hpp"
 #include "proto/hash_files.hpp"
 #include "proto/messages.hpp"
@@ -81,6 +82,7 @@ void check_request_body(const Header& header, Bytes body, const Limits& limits) 
         break;
     case Op::exists:
     case Op::del:
+    case Op::dump:
         if (auto target = parse_key(body)) {
             encode_key_op(out, header.op, header.id, *target);
             FUZZ_CHECK(same(body_of(out), body));
@@ -97,6 +99,31 @@ void check_request_body(const Header& header, Bytes body, const Limits& limits) 
                        again->limit == request->limit);
             // The body is re-encoded as is unless its limit was clamped.
             FUZZ_CHECK(same(body_of(out).first(body.size() - 4), body.first(body.size() - 4)));
+        } else {
+            check_error(request.error());
+        }
+        break;
+    case Op::scan:
+        if (auto request = parse_scan(body)) {
+            FUZZ_CHECK(request->limit >= 1 && request->limit <= k_max_list_limit);
+            FUZZ_CHECK(request->namespaces.size() <= k_max_scan_namespaces);
+            encode_scan(out, header.id, *request);
+            auto again = parse_scan(body_of(out));
+            FUZZ_CHECK(again && again->cursor == request->cursor &&
+                       again->limit == request->limit && again->since_ms == request->since_ms &&
+                       again->namespaces == request->namespaces);
+            // Re-encoded as is unless its limit was clamped.
+            FUZZ_CHECK(out.size() - k_header_size == body.size());
+        } else {
+            check_error(request.error());
+        }
+        break;
+    case Op::restore:
+        if (auto request = parse_restore(header, body, limits)) {
+            FUZZ_CHECK(request->value.size() <= limits.max_value);
+            encode_restore_head(out, header.id, *request);
+            out.insert(out.end(), request->value.begin(), request->value.end());
+            FUZZ_CHECK(same(body_of(out), body));
         } else {
             check_error(request.error());
         }
@@ -169,6 +196,18 @@ void check_response_body(const Header& header, Bytes body) {
     }
     if (auto entries = parse_bundle_end_response(body)) {
         encode_bundle_end_response(out, header.id, *entries);
+        FUZZ_CHECK(same(body_of(out), body));
+        out.clear();
+    }
+    if (auto scan = parse_scan_response(body)) {
+        encode_scan_response(out, header.id, *scan);
+        FUZZ_CHECK(same(body_of(out), body));
+        out.clear();
+    }
+    if (auto dump = parse_dump_response(body)) {
+        encode_dump_response_head(out, header.id, dump->created_ms, dump->expires_ms,
+                                  dump->value.size());
+        out.insert(out.end(), dump->value.begin(), dump->value.end());
         FUZZ_CHECK(same(body_of(out), body));
         out.clear();
     }

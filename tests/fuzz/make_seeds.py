@@ -36,7 +36,7 @@ def write(name, seeds):
 
 # ---- native frames (docs/protocol.md) ----
 OP = dict(hello=1, ping=2, get=3, put=4, exists=5, delete=6, stats=7, list=8, clear=9,
-          bundle_begin=0x20, bundle_end=0x21)
+          scan=0x0B, dump=0x0C, restore=0x0D, bundle_begin=0x20, bundle_end=0x21)
 
 
 def frame(op, body=b"", flags=0, id=7):
@@ -70,6 +70,15 @@ frames = {
     "clear": frame("clear", str8(b"inductor")),
     "bundle-begin": frame("bundle_begin", str16(b"c" * 52) + str16(b"backend")),
     "bundle-end": frame("bundle_end", struct.pack("<Q", 12345)),
+    "scan": frame("scan", str16(b"") + struct.pack("<IQB", 1000, 0, 2) + str8(b"fx-graph") +
+                  str8(b"pgo")),
+    "scan-cursor": frame("scan", str16(b"pgo/" + b"0" * 32) + struct.pack("<IQB", 0, 5, 0)),
+    "dump": frame("dump", str8(b"inductor") + str16(KEY)),
+    "restore": frame("restore", str8(b"pgo") + str16(KEY) + struct.pack("<QQ", 1, 0) + b"v" * 9,
+                     flags=1),
+    "scan-response": frame("scan", str16(b"pgo/ab") + struct.pack("<I", 1) + str8(b"pgo") +
+                           str16(b"k") + struct.pack("<QQQ", 3, 4, 5)),
+    "dump-response": frame("dump", struct.pack("<QQ", 7, 8) + b"value"),
     "hello-response": frame("hello", struct.pack("<HIQH", 1, 3, 512 << 20, 1024) +
                             str8(b"pt2cached")),
     "list-response": frame("list", str16(b"next") + struct.pack("<I", 1) + str16(b"k") +
@@ -221,4 +230,37 @@ write("redis_url", {
     "bad-port": "redis://h:99999",
     "bad-percent": "redis://u:p%4@h",
     "unix-host": "unix://host/path",
+})
+
+# ---- archives (docs/archive.md) ----
+
+
+def archive_record(ns, key, value, created=1700000000000, expires=0):
+    head = b"\x01" + bytes([len(ns)]) + ns + struct.pack("<H", len(key)) + key + \
+        struct.pack("<QQQ", created, expires, len(value)) + value
+    return head + struct.pack("<Q", xxhash.XXH3_64bits(head, len(head))), len(value)
+
+
+def archive(records, end=True, flags=1):
+    stream = b"".join(r for r, _ in records)
+    if end:
+        tail = b"\x02" + struct.pack("<QQQ", len(records), sum(size for _, size in records),
+                                     xxhash.XXH3_64bits(stream, len(stream)))
+        stream += tail + struct.pack("<Q", xxhash.XXH3_64bits(tail, len(tail)))
+    bound = zstd.ZSTD_compressBound(len(stream))
+    buf = ctypes.create_string_buffer(bound)
+    n = zstd.ZSTD_compress(buf, bound, stream, len(stream), 3)
+    return b"P2CA" + struct.pack("<HH", 1, flags) + buf.raw[:n]
+
+
+_records = [archive_record(b"fx-graph", b"key-1", b"compiled graph " * 20),
+            archive_record(b"autotune", b"a" * 64 + b".best_config", b'{"XBLOCK": 128}', 1, 2),
+            archive_record(b"pgo", b"k", b"")]
+write("archive", {
+    "three": archive(_records),
+    "empty": archive([]),
+    "no-end": archive(_records, end=False),
+    "bad-flags": archive(_records, flags=3),
+    "truncated": archive(_records)[:-5],
+    "trailing": archive(_records) + b"\x00",
 })

@@ -179,7 +179,7 @@ def test_many_oversized_claims_do_not_grow_memory(case):
 # ------------------------------------------------------------ framing errors
 
 
-@pytest.mark.parametrize("op", [0x00, 0x0B, 0x1F, 0x22, 0x7F, 0xFF])
+@pytest.mark.parametrize("op", [0x00, 0x0E, 0x1F, 0x22, 0x7F, 0xFF])
 def test_unknown_opcode(case, op):
     conn = case.greeted()
     conn.send(frame(op, b"", rid=81))
