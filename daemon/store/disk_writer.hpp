@@ -93,7 +93,7 @@ public:
     void set_paused(bool paused);
 
     std::uint64_t bytes() const;
-    std::size_t size() const;        // queued and in-flight writes
+    std::size_t size() const; // queued and in-flight writes
     // How many entries with a queued or in-flight write satisfy `pred`
     // (called with the queue's lock held: it must not call back into it).
     std::size_t count_if(const std::function<bool(const Hash128&)>& pred) const;

@@ -247,13 +247,21 @@ tl::expected<void, StoreError> Store::put_local(std::string_view ns, std::string
     return {};
 }
 
+tl::expected<void, StoreError> Store::check_value_size(const StorePolicy& policy,
+                                                       const Entry& entry) {
+    if (entry.value.size() > policy.max_value_size) {
+        return tl::make_unexpected(StoreError{
+            Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
+                                            entry.value.size(), policy.max_value_size)});
+    }
+    return {};
+}
+
 tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string_view key,
                                                 Entry entry, PutMode mode) {
     const auto policy = m_policy.load();
-    if (entry.value.size() > policy->max_value_size) {
-        return tl::make_unexpected(StoreError{
-            Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
-                                            entry.value.size(), policy->max_value_size)});
+    if (auto refused = check_value_size(*policy, entry); !refused) {
+        return tl::make_unexpected(std::move(refused.error()));
     }
     const bool remote = remote_serves(*policy, ns) && !policy->remote_read_only;
     if (policy->force_disable) {

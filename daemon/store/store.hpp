@@ -148,6 +148,10 @@ public:
 private:
     static constexpr std::size_t k_stripe_count = 64;
 
+    // `too_large` when the value is over the policy's max_value_size.
+    static tl::expected<void, StoreError> check_value_size(const StorePolicy& policy,
+                                                           const Entry& entry);
+
     std::mutex& stripe(std::string_view ns, std::string_view key);
     void count_force_disabled_get(std::string_view ns, bool local, bool remote);
     void count_force_disabled_put(std::string_view ns, bool local, bool remote);

@@ -34,10 +34,8 @@ tl::expected<std::optional<Entry>, StoreError> Store::dump(std::string_view ns,
 tl::expected<PutOutcome, StoreError> Store::restore(std::string_view ns, std::string_view key,
                                                     Entry entry, bool replace) {
     const auto policy = m_policy.load();
-    if (entry.value.size() > policy->max_value_size) {
-        return tl::make_unexpected(StoreError{
-            Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
-                                            entry.value.size(), policy->max_value_size)});
+    if (auto refused = check_value_size(*policy, entry); !refused) {
+        return tl::make_unexpected(std::move(refused.error()));
     }
     const UnixMs now = now_ms();
     if (entry.created_ms == 0) {

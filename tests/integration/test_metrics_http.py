@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from integ_helpers import NativeClient
+from integ_helpers import NativeClient, drain_disk_queue
 from prometheus_client.parser import text_string_to_metric_families
 from pt2harness import STATUS
 
@@ -72,6 +72,7 @@ def cache_works(daemon) -> None:
 
 def test_get_metrics(served):
     cache_works(served)
+    drain_disk_queue(served)  # the disk tier's size must not move between the two reads
     status, headers, body = http(served.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == 200
     assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"

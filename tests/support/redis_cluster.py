@@ -16,11 +16,13 @@ context manager, or in a fixture's `finally`).
         cluster.restart(node)               # comes back as a replica of `promoted`
         cluster.reshard(promoted, other, 10)
 
-TLS (NOT WORKING YET): `tls=TlsFiles(ca, cert, key)` starts the nodes with TLS
-only (`--port 0 --tls-port P --tls-cluster yes --tls-replication yes`) and
-gives redis-cli and `command()` the same files, but with redis-server 7.0.15
-here `redis-cli --cluster create` then waits forever for the nodes to join
-(start() fails after its timeout); no test uses it. Any other server option
+TLS: `tls=TlsFiles(ca, cert, key)` starts the nodes with TLS only (`--port 0
+--tls-port P --tls-cluster yes --tls-replication yes`) and gives redis-cli and
+`command()` the same files. The nodes require client certificates (Redis's
+default), and each node is a TLS client of the others' cluster bus, so the
+node certificate must allow both uses (tls_certs.TlsCerts.issue(both=True));
+with a server-only certificate `redis-cli --cluster create` waits forever for
+the nodes to join. Any other server option
 goes in `extra_args`.
 
 As a program (to try a daemon by hand; Ctrl-C stops the cluster):

@@ -56,10 +56,11 @@ class TlsCerts:
         os.chmod(path, 0o600)
 
     def issue(self, label: str, dns: list[str] = (), ips: list[str] = (), client=False,
-              expired=False) -> Cert:
+              expired=False, both=False) -> Cert:
         """A certificate for `label` (its CN) with these subject alternative
-        names, for a server (default) or a client; `expired`: valid only in
-        2020."""
+        names, for a server (default), a client, or `both` (a Redis Cluster
+        node, which is also a TLS client of the other nodes' cluster bus);
+        `expired`: valid only in 2020."""
         key = self.dir / f"{label}.key"
         cert = self.dir / f"{label}.pem"
         csr = self.dir / f"{label}.csr"
@@ -69,7 +70,8 @@ class TlsCerts:
         ext = self.dir / f"{label}.ext"
         lines = ["[ext]", "basicConstraints=critical,CA:FALSE",
                  "keyUsage=critical,digitalSignature,keyEncipherment",
-                 f"extendedKeyUsage={'clientAuth' if client else 'serverAuth'}"]
+                 "extendedKeyUsage=" + ("serverAuth,clientAuth" if both else
+                                        "clientAuth" if client else "serverAuth")]
         if san:
             lines.append("subjectAltName=" + ",".join(san))
         ext.write_text("\n".join(lines) + "\n")

@@ -126,10 +126,11 @@ def test_python_stats_mirrors_the_cli(client, daemon):
     client.get("autotune", "absent")
     text = compare_stats(daemon.socket)
     assert re.search(r"^fx-graph +memory +3 +0 +3 ", text, re.M), text
+    assert re.search(r"^fx-graph +get +memory +3 ", text, re.M), text  # the latency table
 
 
 def test_python_stats_mirrors_the_cli_with_a_remote_tier(make_daemon, redis_server):
-    d = make_daemon("--set", "disk.write_mode=async", env={"TORCHINDUCTOR_REDIS_URL": f"unix://{redis_server.socket}",
+    d = make_daemon(env={"TORCHINDUCTOR_REDIS_URL": f"unix://{redis_server.socket}",
                          "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"})
     from pt2cache import Client
     c = Client(d.socket, strict=True)

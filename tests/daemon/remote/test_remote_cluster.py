@@ -2,7 +2,8 @@
 loopback, tests/support/redis_cluster.py): slot routing of every key kind,
 MOVED during a resharding, ASK during a slot migration, a dead master (other
 slots keep hitting, its own answer misses within the deadline, failover
-restores them), and remote.cluster = auto on a cluster and on a single node."""
+restores them), remote.cluster = auto on a cluster and on a single node, and
+a TLS-only cluster with signed entries."""
 
 from __future__ import annotations
 
@@ -303,6 +304,21 @@ def test_cluster_true_on_a_single_node_stays_local_and_says_why(make_daemon, red
     assert client.get("fx-graph", inner) == (OK, b"local")
 
 
+def check_signed_on_owners(cluster, writer, entries, value_format: bytes) -> None:
+    """Once `writer` has written `entries` (value n: value_format % n), each
+    value and its signature companion are on the master of the value's slot,
+    and the entries span all three masters."""
+    wait_for(lambda: remote_stats(writer)["written"] == len(entries), what="the writes",
+             timeout=15)
+    owners = set()
+    for n, (redis_key, _) in enumerate(entries):
+        owner = cluster.master_for_key(redis_key)
+        owners.add(owner.port)
+        assert get_on(cluster, owner, redis_key) == value_format % n
+        assert get_on(cluster, owner, "pt2sig:{" + redis_key + "}").startswith(b"v1:")
+    assert len(owners) == 3
+
+
 def test_cluster_with_signing(cluster, make_daemon, tmp_root):
     """Signed entries in a cluster: value and companion `pt2sig:{key}` in one
     slot, written in one exchange and read with one MGET routed by the key."""
@@ -317,15 +333,7 @@ def test_cluster_with_signing(cluster, make_daemon, tmp_root):
     client = Native(writer.socket)
     for n, (_, inner) in enumerate(entries):
         assert client.put("fx-graph", inner, b"signed-%d" % n) == OK
-    wait_for(lambda: remote_stats(writer)["written"] == len(entries), what="the writes",
-             timeout=15)
-    owners = set()
-    for n, (redis_key, _) in enumerate(entries):
-        owner = cluster.master_for_key(redis_key)
-        owners.add(owner.port)
-        assert get_on(cluster, owner, redis_key) == b"signed-%d" % n
-        assert get_on(cluster, owner, "pt2sig:{" + redis_key + "}").startswith(b"v1:")
-    assert len(owners) == 3
+    check_signed_on_owners(cluster, writer, entries, b"signed-%d")
     reader = Native(daemon("reader").socket)
     for n, (_, inner) in enumerate(entries):
         assert reader.get("fx-graph", inner) == (OK, b"signed-%d" % n)
@@ -348,3 +356,53 @@ def test_cluster_with_signing(cluster, make_daemon, tmp_root):
     assert Native(third.socket).get("fx-graph", inner) == (MISS, b"")
     stats = remote_stats(third)
     assert stats["rejected_bad_signature"] == 1 and stats["errors"] == 0
+
+
+def test_cluster_with_tls_and_signing(tmp_root, make_daemon):
+    """All three together: a TLS-only cluster (nodes verify the daemon's
+    client certificate), signed entries, and slot routing."""
+    from tls_certs import TlsCerts
+    from redis_cluster import TlsFiles
+    certs = TlsCerts(tmp_root / "certs")
+    # A node is also a TLS client of the other nodes' cluster bus.
+    node = certs.issue("node", dns=["localhost"], ips=["127.0.0.1"], both=True)
+    mine = certs.issue("pt2cached", client=True)
+    keys = tmp_root / "signing.keys"
+    keys.write_text(os.urandom(32).hex() + "\n")
+    os.chmod(keys, 0o600)
+    files = TlsFiles(str(certs.ca), str(node.cert), str(node.key))
+    with RedisCluster(tmp_root / "tls-cluster", masters=3, replicas=1, tls=files) as cluster:
+        env = cluster_env(cluster)
+        env["TORCHINDUCTOR_REDIS_URL"] = f"rediss://127.0.0.1:{cluster.masters()[0].port}"
+
+        def daemon(sub):
+            d = make_daemon(*redis_args(op_ms=1000, connect_ms=500, tls_ca_file=certs.ca,
+                                        tls_cert_file=mine.cert, tls_key_file=mine.key,
+                                        signing_key_file=keys),
+                            env=env, sub=sub)
+            wait_remote_state(d, "connected")
+            wait_for(lambda: d.stats()["tiers"]["remote"].get("slots_known") == 16384,
+                     what="the slot map", timeout=10)
+            return d
+
+        writer = daemon("tls-writer")
+        remote = writer.stats()["tiers"]["remote"]
+        assert (remote["cluster"], remote["tls"], remote["signed"]) == ("yes", True, True)
+        entries = [fx_key(f"tls-signed-{i}") for i in range(12)]
+        client = Native(writer.socket)
+        for n, (_, inner) in enumerate(entries):
+            assert client.put("fx-graph", inner, b"tls-signed-%d" % n) == OK
+        check_signed_on_owners(cluster, writer, entries, b"tls-signed-%d")
+
+        reader = Native(daemon("tls-reader").socket)
+        for n, (_, inner) in enumerate(entries):
+            assert reader.get("fx-graph", inner) == (OK, b"tls-signed-%d" % n)
+        stats = remote_stats(writer)
+        assert stats["errors"] == 0 and stats["protocol_errors"] == 0
+
+        # Tampered in Redis: a counted miss, over TLS too.
+        redis_key, inner = entries[0]
+        cluster.command(cluster.master_for_key(redis_key), "SET", redis_key, b"evil")
+        third = daemon("tls-third")
+        assert Native(third.socket).get("fx-graph", inner) == (MISS, b"")
+        assert remote_stats(third)["rejected_bad_signature"] == 1

@@ -213,6 +213,28 @@ def render_stats(stats: Dict[str, Any]) -> str:
     out += line(titles)
     for row in rows:
         out += line(row)
+    return out + _render_latency(stats)
+
+
+def _render_latency(stats: Dict[str, Any]) -> str:
+    """The latency table under the counters (``stats["latency"]``), as the CLI prints it."""
+    latency = stats.get("latency")
+    if not isinstance(latency, list) or not latency:
+        return ""
+    titles = ["NAMESPACE", "OP", "TIER", "COUNT", "P50 µs", "P99 µs", "P99.9 µs"]
+    rows = [[str(row["ns"]), str(row["op"]), str(row["tier"]), str(int(row["count"])),
+             f"{float(row['p50_us']):.1f}", f"{float(row['p99_us']):.1f}",
+             f"{float(row['p999_us']):.1f}"] for row in latency]
+    widths = [max(len(titles[i]), *(len(row[i]) for row in rows)) for i in range(len(titles))]
+
+    def line(cells: Sequence[str]) -> str:
+        text = "  ".join(f"{cell:<{widths[i]}}" if i < 3 else f"{cell:>{widths[i]}}"
+                         for i, cell in enumerate(cells))
+        return text.rstrip(" ") + "\n"
+
+    out = "\nlatency (from the request's start to its reply being queued)\n" + line(titles)
+    for row in rows:
+        out += line(row)
     return out
 
 
