@@ -4,7 +4,7 @@
 //
 //   build/tests/bench/native_bench [--daemon PATH] [--seconds S] [--set SECTION.KEY=VALUE]...
 //
-// `--set` is passed on to pt2cached (e.g. --set disk.write_mode=async).
+// `--set` is passed on to pt2cached (e.g. --set disk.write_mode=sync).
 //
 // Prints, for each workload, ops/s, p50 and p99 (client-observed), plus the
 // daemon's time from exec to ready and its idle RSS.
