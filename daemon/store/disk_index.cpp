@@ -90,6 +90,13 @@ bool DiskIndex::contains(const Hash128& id) const {
     return m_map.contains(id);
 }
 
+std::size_t DiskIndex::count_with(std::span<const Hash128> others) const {
+    std::lock_guard lock(m_mutex);
+    return m_map.size() + static_cast<std::size_t>(std::count_if(
+                              others.begin(), others.end(),
+                              [this](const Hash128& id) { return !m_map.contains(id); }));
+}
+
 std::size_t DiskIndex::count() const {
     std::lock_guard lock(m_mutex);
     return m_map.size();

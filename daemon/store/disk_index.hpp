@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,6 +56,9 @@ public:
     std::size_t count() const;
     // Whether a file of `id` is known (recorded, or found by the scan).
     bool contains(const Hash128& id) const;
+    // count() plus how many of `others` the index does not hold, both under
+    // one lock (an entry recorded meanwhile is counted once).
+    std::size_t count_with(std::span<const Hash128> others) const;
 
 private:
     struct Node {

@@ -112,11 +112,14 @@ void DiskTier::discard_corrupt(std::string_view ns, const std::string& path, con
 }
 
 std::size_t DiskTier::entry_count() const {
-    const std::size_t files = m_index.count();
     if (!m_writer) {
-        return files;
+        return m_index.count();
     }
-    return files + m_writer->count_if([this](const Hash128& id) { return !m_index.contains(id); });
+    // A write moves from the queue to the index (recorded, then leaves the
+    // queue): the ids still pending are taken first, then counted with the
+    // index under its lock, so that an entry is counted once.
+    const std::vector<Hash128> pending = m_writer->pending_ids();
+    return m_index.count_with(pending);
 }
 
 bool DiskTier::known_absent(std::string_view ns, std::string_view key) const {

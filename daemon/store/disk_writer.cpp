@@ -195,15 +195,16 @@ std::size_t DiskWriteQueue::size() const {
     return m_outstanding.size();
 }
 
-std::size_t DiskWriteQueue::count_if(const std::function<bool(const Hash128&)>& pred) const {
+std::vector<Hash128> DiskWriteQueue::pending_ids() const {
     std::lock_guard lock(m_mutex);
-    std::size_t count = 0;
+    std::vector<Hash128> ids;
+    ids.reserve(m_slots.size());
     for (const auto& [id, slot] : m_slots) {
-        if ((slot.queued || slot.writing) && pred(id)) {
-            ++count;
+        if (slot.queued || slot.writing) {
+            ids.push_back(id);
         }
     }
-    return count;
+    return ids;
 }
 
 DiskWriteQueue::Clock::duration DiskWriteQueue::oldest_age() const {

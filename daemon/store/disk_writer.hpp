@@ -94,9 +94,8 @@ public:
 
     std::uint64_t bytes() const;
     std::size_t size() const; // queued and in-flight writes
-    // How many entries with a queued or in-flight write satisfy `pred`
-    // (called with the queue's lock held: it must not call back into it).
-    std::size_t count_if(const std::function<bool(const Hash128&)>& pred) const;
+    // The entries with a queued or in-flight write.
+    std::vector<Hash128> pending_ids() const;
     std::uint64_t coalesced() const; // writes replaced by a newer one before being written
     // How long the oldest queued or in-flight write has waited (zero when
     // none): a replaced write's successor counts from its own push.

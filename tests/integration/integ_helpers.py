@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from pt2harness import (OP, PT2CACHE_CLI, PT2CACHED, STATUS, RawConnection, error_message,
-                        frame, key_body, wait_for)
+from pt2harness import (OP, PT2CACHE_CLI, PT2CACHED, STATUS, RawConnection,  # noqa: F401
+                        drain_disk_queue, error_message, frame, key_body, wait_for)
 
 ENTRY_NAME = re.compile(r"^[0-9a-f]{32}$")
 ENTRY_MAGIC = b"P2CE"
@@ -122,17 +122,6 @@ def error_reply(conn: RawConnection) -> tuple[int, int, int, str]:
     message = error_message(body)
     assert len(body) == 2 + len(message.encode()), "error body has trailing bytes"
     return op, status, rid, message
-
-
-def drain_disk_queue(source, timeout: float = 20.0) -> None:
-    """Waits until the disk tier's write queue (`disk.write_mode = "async"`,
-    the default) is empty, so that every acknowledged put is a file.
-    `source`: a NativeClient or a Daemon (anything with `stats()`)."""
-    def drained():
-        disk = source.stats()["tiers"]["disk"] or {}
-        return (disk.get("write_queue") or {}).get("entries", 0) == 0
-
-    wait_for(drained, timeout=timeout, what="the disk write queue to drain")
 
 
 def entry_files(cache_dir: Path, ns: str | None = None) -> list[Path]:

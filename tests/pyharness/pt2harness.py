@@ -51,6 +51,18 @@ class TempDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def drain_disk_queue(source, timeout: float = 20.0) -> None:
+    """Waits until the disk tier's write queue (`disk.write_mode = "async"`,
+    the default) is empty, so that every acknowledged put is a file.
+    `source`: anything whose `stats()` returns the STATS object (a Daemon,
+    a test client, a pt2cache.Client)."""
+    def drained():
+        disk = source.stats()["tiers"]["disk"] or {}
+        return (disk.get("write_queue") or {}).get("entries", 0) == 0
+
+    wait_for(drained, timeout=timeout, what="the disk write queue to drain")
+
+
 class Daemon:
     """A real pt2cached on a private socket and cache directory."""
 

@@ -15,6 +15,7 @@ import pytest
 
 import pt2cache
 from pt2cache import CacheTimeoutError, ProtocolError, UnreachableError, UnsupportedError
+from pt2harness import drain_disk_queue
 
 
 def accepted(client) -> int:
@@ -95,6 +96,7 @@ def test_daemon_killed_mid_use_then_restarted(daemon):
     client = pt2cache.Client(daemon.socket, retry_after=0.3)
     assert client.put("fx-graph", "survivor", b"on disk")
     assert client.get("fx-graph", "survivor") == b"on disk"
+    drain_disk_queue(client)  # on disk now: kill -9 loses only what is still queued
     daemon.kill()
     start = time.perf_counter()
     assert client.get("fx-graph", "survivor") is None  # finds the connection dead
