@@ -31,8 +31,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::string_view k_hex = "0123456789abcdef";
-
 std::string type_name(const Json& value) {
     return value.is_number_integer() ? "integer" : value.type_name();
 }
@@ -274,17 +272,6 @@ std::string sha256_hex(std::string_view data) {
     // would then show as a key no entry matches.
     EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr);
     return to_hex(std::string_view(reinterpret_cast<const char*>(digest.data()), length));
-}
-
-std::string to_hex(std::string_view bytes) {
-    std::string out;
-    out.reserve(bytes.size() * 2);
-    for (const char c : bytes) {
-        const auto byte = static_cast<unsigned char>(c);
-        out += k_hex[byte >> 4];
-        out += k_hex[byte & 0xF];
-    }
-    return out;
 }
 
 std::string prepare_key(std::string_view filename, std::string_view cache_key_tag) {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "proto/hex.hpp"
+
 #include <nlohmann/json.hpp>
 #include <tl/expected.hpp>
 
@@ -86,9 +88,6 @@ BestConfig make_best_config(const TritonConfig& config, std::string configs_hash
 std::optional<std::int64_t> as_int64(const nlohmann::ordered_json& value);
 
 std::string sha256_hex(std::string_view data);
-
-// `bytes.hex()`.
-std::string to_hex(std::string_view bytes);
 
 // `AutotuneCache._prepare_key`: sha256_hex(f"{basename(filename)}:{tag}"),
 // with basename as `os.path.basename` (the text after the last '/').

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proto/hex.hpp"
+
 #include <fmt/format.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -23,29 +25,9 @@ constexpr std::string_view k_key_id_domain{"pt2cache-key-id-v1\0", 19};
 constexpr std::string_view k_signature_version = "v1:";
 constexpr std::size_t k_key_id_digits = 8;
 constexpr std::size_t k_max_file_size = 64 << 10;
-constexpr char k_hex[] = "0123456789abcdef";
 
 std::string to_hex(const unsigned char* data, std::size_t size) {
-    std::string text;
-    text.reserve(size * 2);
-    for (std::size_t i = 0; i < size; ++i) {
-        text += k_hex[data[i] >> 4];
-        text += k_hex[data[i] & 0xF];
-    }
-    return text;
-}
-
-int hex_digit(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
+    return proto::to_hex(std::string_view(reinterpret_cast<const char*>(data), size));
 }
 
 std::string_view trim(std::string_view text) {
@@ -118,8 +100,8 @@ tl::expected<EntrySigner, std::string> EntrySigner::parse(std::string_view text,
         }
         Key key;
         for (std::size_t i = 0; i < line.size(); i += 2) {
-            const int high = hex_digit(line[i]);
-            const int low = hex_digit(line[i + 1]);
+            const int high = proto::hex_value(line[i]);
+            const int low = proto::hex_value(line[i + 1]);
             if (high < 0 || low < 0) {
                 return bad("not a hex digit");
             }
