@@ -31,7 +31,7 @@ AutotuneCache::AutotuneCache(Client& client, AutotuneSettings settings)
     }
     if (m_settings.remote_cache) {
         m_remote_key =
-            at::remote_entry_key(at::remote_key(at::to_hex(m_settings.torch_key),
+            at::remote_entry_key(at::remote_key(proto::to_hex(m_settings.torch_key),
                                                 m_settings.backend_hash, m_settings.configs_hash),
                                  m_prepared);
     }
