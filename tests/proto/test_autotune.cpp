@@ -31,7 +31,7 @@ TEST_CASE("keys equal Inductor's, digests from Python's hashlib", "[proto][autot
         for (const auto& tag : tags) {
             input.push_back({{"filename", filename},
                              {"tag", tag},
-                             {"torch_key", to_hex(torch_key)},
+                             {"torch_key", pt2cache::proto::to_hex(torch_key)},
                              {"backend", "B" + tag},
                              {"configs_hash", std::string(64, 'c')},
                              {"code_hash", "c" + filename}});
