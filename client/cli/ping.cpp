@@ -61,14 +61,16 @@ int run_ping(const Globals& globals, const std::optional<std::string>& wait) {
         if (!worth_retrying(rtt.error())) {
             return report(rtt.error());
         }
-        if (Clock::now() + k_retry_pause >= deadline) {
+        // The last attempt is made at the deadline, never before it.
+        const auto now = Clock::now();
+        if (now >= deadline) {
             const auto waited = std::chrono::duration<double>(Clock::now() - started).count();
             complain(fmt::format(
                 "pt2cached did not answer within {} ({} attempts in {:.1f} s); last error: {}",
                 *wait, attempt, waited, rtt.error().message));
             return exit_status::unreachable;
         }
-        std::this_thread::sleep_for(k_retry_pause);
+        std::this_thread::sleep_for(std::min<Clock::duration>(k_retry_pause, deadline - now));
     }
 }
 

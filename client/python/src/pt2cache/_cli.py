@@ -313,11 +313,13 @@ def _run_ping(args: argparse.Namespace) -> int:
         try:
             rtt = _client(args, max(0.001, min(left, args.timeout / 1000.0))).ping()
         except (UnreachableError, CacheTimeoutError) as e:
-            if time.monotonic() + 0.1 >= deadline:
+            # The last attempt is made at the deadline, never before it.
+            left = deadline - time.monotonic()
+            if left <= 0:
                 _complain(f"pt2cached did not answer within {args.wait_text} ({attempts} attempts "
                           f"in {time.monotonic() - started:.1f} s); last error: {e}")
                 return EXIT_UNREACHABLE
-            time.sleep(0.1)
+            time.sleep(min(0.1, left))
             continue
         except Pt2CacheError as e:
             return _failure_status(e)
