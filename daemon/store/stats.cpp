@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "daemon/store/stats.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <iterator>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -140,6 +142,43 @@ Stats::Stats()
     : m_started_ns(steady_ns())
     , m_reset_ns(m_started_ns) {}
 
+std::atomic<unsigned> g_next_latency_shard{0};
+
+latency::Snapshot NamespaceCounters::latency_snapshot(int series) const {
+    latency::Snapshot sum;
+    for (const auto& shard : shards) {
+        sum += shard.latency[series].snapshot();
+    }
+    return sum;
+}
+
+bool NamespaceCounters::latency_empty(int series) const {
+    return std::all_of(std::begin(shards), std::end(shards),
+                       [&](const LatencyShard& shard) { return shard.latency[series].empty(); });
+}
+
+std::uint64_t NamespaceCounters::request_count(LatencyOp op, RequestResult result) const {
+    std::uint64_t sum = 0;
+    for (const auto& shard : shards) {
+        sum += shard.requests[static_cast<int>(op)][static_cast<int>(result)].load(
+            std::memory_order_relaxed);
+    }
+    return sum;
+}
+
+void NamespaceCounters::reset_latency() {
+    for (auto& shard : shards) {
+        for (auto& histogram : shard.latency) {
+            histogram.reset();
+        }
+        for (auto& per_op : shard.requests) {
+            for (auto& count : per_op) {
+                count.store(0, std::memory_order_relaxed);
+            }
+        }
+    }
+}
+
 NamespaceCounters& Stats::ns(std::string_view ns) {
     {
         std::shared_lock lock(m_mutex);
@@ -175,9 +214,10 @@ std::vector<LatencySeries> Stats::latency() const {
                 if (latency_op != LatencyOp::get && latency_tier != LatencyTier::none) {
                     continue;
                 }
-                const auto& histogram = counters->latency[latency_series(latency_op, latency_tier)];
-                if (!histogram.empty()) {
-                    series.push_back({latency_op, latency_tier, name, histogram.snapshot()});
+                const int index = latency_series(latency_op, latency_tier);
+                if (!counters->latency_empty(index)) {
+                    series.push_back(
+                        {latency_op, latency_tier, name, counters->latency_snapshot(index)});
                 }
             }
         }
@@ -191,7 +231,8 @@ std::vector<RequestCount> Stats::request_counts() const {
     for (const auto& [name, counters] : m_namespaces) {
         for (int op = 0; op < k_latency_op_count; ++op) {
             for (int result = 0; result < k_request_result_count; ++result) {
-                const auto count = counters->requests[op][result].load(std::memory_order_relaxed);
+                const auto count = counters->request_count(static_cast<LatencyOp>(op),
+                                                           static_cast<RequestResult>(result));
                 if (count != 0) {
                     counts.push_back({static_cast<LatencyOp>(op),
                                       static_cast<RequestResult>(result), name, count});
@@ -216,14 +257,7 @@ void Stats::reset() {
                     zero(*counter);
                 }
             }
-            for (auto& histogram : counters->latency) {
-                histogram.reset();
-            }
-            for (auto& per_op : counters->requests) {
-                for (auto& count : per_op) {
-                    zero(count);
-                }
-            }
+            counters->reset_latency();
         }
     }
     for (auto* counter : {&m_daemon.connections_accepted,

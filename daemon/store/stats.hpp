@@ -59,17 +59,46 @@ enum class RequestResult { ok = 0, miss = 1, error = 2 };
 inline constexpr int k_request_result_count = 3;
 std::string_view request_result_name(RequestResult result);
 
-struct NamespaceCounters {
-    TierCounters tiers[k_tier_count];
+// The latency histograms and request counts are sharded: a thread records
+// into its own shard (threads take shards in turn), so the I/O threads never
+// write the same cache lines on the hot path; reports add the shards up.
+inline constexpr int k_latency_shards = 4;
+
+// The next thread's shard, modulo k_latency_shards.
+extern std::atomic<unsigned> g_next_latency_shard;
+
+// This thread's shard, in [0, k_latency_shards).
+inline int latency_shard() {
+    thread_local int shard = -1;
+    if (shard < 0) {
+        shard = static_cast<int>(g_next_latency_shard.fetch_add(1, std::memory_order_relaxed) %
+                                 k_latency_shards);
+    }
+    return shard;
+}
+
+struct alignas(64) LatencyShard {
     latency::Histogram latency[k_latency_series];
     std::atomic<std::uint64_t> requests[k_latency_op_count][k_request_result_count]{};
+};
+
+struct NamespaceCounters {
+    TierCounters tiers[k_tier_count];
+    LatencyShard shards[k_latency_shards];
     TierCounters& tier(TierId id) { return tiers[static_cast<int>(id)]; }
     // One request: its result and its latency in ns.
     void record(LatencyOp op, LatencyTier tier, RequestResult result, std::uint64_t ns) {
-        requests[static_cast<int>(op)][static_cast<int>(result)].fetch_add(
+        auto& shard = shards[latency_shard()];
+        shard.requests[static_cast<int>(op)][static_cast<int>(result)].fetch_add(
             1, std::memory_order_relaxed);
-        latency[latency_series(op, tier)].record(ns);
+        shard.latency[latency_series(op, tier)].record(ns);
     }
+    // The shards added up.
+    latency::Snapshot latency_snapshot(int series) const;
+    bool latency_empty(int series) const;
+    std::uint64_t request_count(LatencyOp op, RequestResult result) const;
+    // Zeroes the histograms and request counts.
+    void reset_latency();
 };
 
 // Requests of one namespace, op and result, for reports.

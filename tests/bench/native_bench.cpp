@@ -2,12 +2,15 @@
 // of this machine: a raw Unix-socket ping-pong (blocking, thread per client)
 // moving the same number of bytes per request and reply.
 //
-//   build/tests/bench/native_bench [--daemon PATH] [--seconds S] [--set SECTION.KEY=VALUE]...
+//   build/tests/bench/native_bench [--daemon PATH] [--seconds S] [--rows all|get-hot]
+//                                  [--set SECTION.KEY=VALUE]...
 //
 // `--set` is passed on to pt2cached (e.g. --set disk.write_mode=sync).
+// `--rows get-hot` runs only the GET 1 KiB hot rows (tests/bench/histogram-overhead).
 //
-// Prints, for each workload, ops/s, p50 and p99 (client-observed), plus the
-// daemon's time from exec to ready and its idle RSS.
+// Prints, for each workload, ops/s, p50 and p99 (client-observed), for the
+// GET 1 KiB hot rows the daemon's CPU time per GET, plus the daemon's time
+// from exec to ready and its idle RSS.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -37,6 +40,7 @@ struct Result {
     double p50_us = 0;
     double p99_us = 0;
     double mb_per_s = 0;
+    std::size_t ops = 0;
 };
 
 // Runs `op` on `clients` threads for `seconds`, collecting latencies.
@@ -82,6 +86,7 @@ Result measure(int clients, double seconds, std::size_t bytes_per_op,
     if (all.empty()) {
         return r;
     }
+    r.ops = all.size();
     r.ops_per_s = all.size() / seconds;
     r.p50_us = all[all.size() / 2];
     r.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
@@ -206,6 +211,23 @@ long rss_kib(pid_t pid) {
     return -1;
 }
 
+// CPU time all of `pid`'s threads have used, in ns (the first field of each
+// thread's schedstat). Less sensitive to other load on the machine than
+// throughput is: what a request costs the daemon.
+std::uint64_t cpu_ns(pid_t pid) {
+    std::uint64_t total = 0;
+    std::error_code error;
+    for (const auto& task :
+         fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
+        std::ifstream schedstat(task.path() / "schedstat");
+        std::uint64_t ns = 0;
+        if (schedstat >> ns) {
+            total += ns;
+        }
+    }
+    return total;
+}
+
 void row(const char* name, const Result& ours, const Result& raw, bool throughput = false) {
     if (throughput) {
         std::printf("%-26s %10.0f MB/s %8.0f %8.0f | %10.0f MB/s %8.0f %8.0f | %5.2f\n", name,
@@ -225,11 +247,14 @@ int main(int argc, char** argv) {
     std::string daemon = "build/daemon/pt2cached";
     double seconds = 2.0;
     std::vector<std::string> settings;
+    std::string rows = "all";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (std::string(argv[i]) == "--daemon") {
             daemon = argv[i + 1];
         } else if (std::string(argv[i]) == "--seconds") {
             seconds = std::stod(argv[i + 1]);
+        } else if (std::string(argv[i]) == "--rows") {
+            rows = argv[i + 1]; // "all", or "get-hot": only the GET 1 KiB hot rows
         } else if (std::string(argv[i]) == "--set") {
             settings.emplace_back(argv[i + 1]);
         }
@@ -301,6 +326,7 @@ int main(int argc, char** argv) {
                 "p99 us", "raw socket", "p50 us", "p99 us", "ratio");
 
     for (int clients : {1, 16}) {
+        const auto cpu_before = cpu_ns(pid);
         auto ours = measure(clients, seconds, 1024, [&](int i) {
             auto c = client_for(i);
             return std::function<void()>([c] {
@@ -311,11 +337,21 @@ int main(int argc, char** argv) {
                 }
             });
         });
+        const auto cpu_after = cpu_ns(pid);
         PingPongServer raw_server(root / "raw", get_request, 12 + 1024);
         auto raw = measure(clients, seconds, 1024, [&](int) { return raw_server.client_op(); });
         const std::string name =
             "GET 1 KiB hot, " + std::to_string(clients) + " client" + (clients > 1 ? "s" : "");
         row(name.c_str(), ours, raw);
+        std::printf("%-26s %10.2f µs of daemon CPU per GET\n", "",
+                    static_cast<double>(cpu_after - cpu_before) / 1e3 /
+                        static_cast<double>(std::max<std::size_t>(1, ours.ops)));
+    }
+    if (rows == "get-hot") {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, nullptr, 0);
+        fs::remove_all(root);
+        return 0;
     }
     {
         std::atomic<std::uint64_t> n{0};

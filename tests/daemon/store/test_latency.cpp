@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "daemon/store/latency.hpp"
+#include "daemon/store/stats.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -141,4 +142,51 @@ TEST_CASE("concurrent recording loses nothing", "[latency]") {
         thread.join();
     }
     CHECK(histogram.snapshot().count() == 200'000);
+}
+
+TEST_CASE("threads record into their own shards, and reports add them up", "[latency]") {
+    using pt2cache::daemon::store::k_latency_shards;
+    using pt2cache::daemon::store::latency_series;
+    using pt2cache::daemon::store::latency_shard;
+    using pt2cache::daemon::store::LatencyOp;
+    using pt2cache::daemon::store::LatencyTier;
+    using pt2cache::daemon::store::RequestResult;
+    using pt2cache::daemon::store::Stats;
+    Stats stats;
+    auto& counters = stats.ns("fx-graph");
+    constexpr int k_threads = k_latency_shards;
+    std::vector<int> shards(k_threads, -1);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < k_threads; ++t) {
+        threads.emplace_back([&counters, &shards, t] {
+            shards[static_cast<std::size_t>(t)] = latency_shard();
+            for (int i = 0; i < 10'000; ++i) {
+                counters.record(LatencyOp::get, LatencyTier::memory, RequestResult::ok, 2000);
+            }
+            counters.record(LatencyOp::put, LatencyTier::none, RequestResult::error, 5);
+        });
+    }
+    for (auto& thread : threads) {
+        thread.join();
+    }
+    // k_latency_shards threads in a row take every shard once.
+    std::sort(shards.begin(), shards.end());
+    for (int t = 0; t < k_threads; ++t) {
+        CHECK(shards[static_cast<std::size_t>(t)] == t);
+    }
+    const int get_memory = latency_series(LatencyOp::get, LatencyTier::memory);
+    for (const auto& shard : counters.shards) {
+        CHECK(shard.latency[get_memory].snapshot().count() == 10'000);
+    }
+    CHECK(counters.latency_snapshot(get_memory).count() == 10'000 * k_threads);
+    CHECK(counters.latency_snapshot(get_memory).sum_ns == 2000ULL * 10'000 * k_threads);
+    CHECK(counters.request_count(LatencyOp::get, RequestResult::ok) == 10'000 * k_threads);
+    CHECK(counters.request_count(LatencyOp::put, RequestResult::error) == k_threads);
+    const auto series = stats.latency();
+    REQUIRE(series.size() == 2);
+    stats.reset();
+    CHECK(counters.latency_empty(get_memory));
+    CHECK(counters.request_count(LatencyOp::get, RequestResult::ok) == 0);
+    CHECK(stats.latency().empty());
+    CHECK(stats.request_counts().empty());
 }
