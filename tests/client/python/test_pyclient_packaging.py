@@ -156,3 +156,18 @@ def test_python_cli_exit_statuses(tmp_root):
     assert python_cli("frobnicate").returncode == 2
     out = python_cli("--help")
     assert out.returncode == 0 and b"stats" in out.stdout
+
+
+def test_python_stats_zero_resets_like_the_cli(client, daemon):
+    for i in range(4):
+        client.put("fx-graph", f"z{i}", b"v")
+        client.get("fx-graph", f"z{i}")
+    before = json.loads(python_cli("--socket", str(daemon.socket), "stats", "--zero", "--json").stdout)
+    assert sum(row["count"] for row in before["latency"] if row["op"] == "get") == 4
+    after = json.loads(cxx_cli("--socket", str(daemon.socket), "stats", "--json").stdout)
+    assert after["latency"] == [] and after["requests"] == []
+    assert after["namespaces"]["fx-graph"]["memory"]["hits"] == 0
+    client.get("fx-graph", "z0")
+    out = python_cli("--socket", str(daemon.socket), "stats", "-z")
+    assert out.returncode == 0 and out.stdout == b"statistics zeroed\n", out
+    assert json.loads(cxx_cli("--socket", str(daemon.socket), "stats", "--json").stdout)["latency"] == []

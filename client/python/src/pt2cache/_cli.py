@@ -257,7 +257,7 @@ def _client(args: argparse.Namespace, timeout_s: Optional[float] = None) -> Clie
 
 def _run_stats(args: argparse.Namespace) -> int:
     try:
-        stats = _client(args).stats()
+        stats = _client(args).stats(zero=args.zero)
     except Pt2CacheError as e:
         return _failure_status(e)
     if stats is None:  # strict clients raise instead; kept for the type checker
@@ -265,6 +265,9 @@ def _run_stats(args: argparse.Namespace) -> int:
         return EXIT_SERVER
     if args.json:
         print(_dump_reply(stats))
+        return EXIT_OK
+    if args.zero:
+        print("statistics zeroed")
         return EXIT_OK
     try:
         sys.stdout.write(render_stats(stats))
@@ -343,6 +346,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     stats = commands.add_parser("stats", help="the daemon's counters per namespace and tier")
     stats.add_argument("--json", action="store_true", help="print the raw JSON reply")
+    stats.add_argument("-z", "--zero", action="store_true",
+                       help="reset the daemon's counters and latency histograms (with --json: "
+                            "print the counts from just before the reset)")
     ping = commands.add_parser("ping", help="round-trip time of one request, in µs")
     ping.add_argument("--wait", dest="wait_text", default=None, metavar="DURATION",
                       help="retry until pt2cached answers, for at most DURATION (e.g. 5s, 500ms)")

@@ -18,6 +18,7 @@ CAP_BUNDLE = 1 << 1
 
 FLAG_ONLY_IF_ABSENT = 1 << 0
 FLAG_BUNDLE = 1 << 7
+FLAG_STATS_ZERO = 1 << 0  # STATS: reset the counters after the snapshot (docs/protocol.md)
 
 MAX_NAMESPACE = 32
 MAX_KEY = 1024

@@ -31,7 +31,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
                     Tuple, TypeVar, Union)
 
 from . import _wire
-from ._wire import CAP_BUNDLE, FLAG_BUNDLE, FLAG_ONLY_IF_ABSENT, Op, Status
+from ._wire import CAP_BUNDLE, FLAG_BUNDLE, FLAG_ONLY_IF_ABSENT, FLAG_STATS_ZERO, Op, Status
 from .results import _NO_BUNDLE, BundleBegin, ListEntry, ListPage
 from ._connection import ServerInfo, default_socket_path, _Connection, _status_name
 from .errors import (ProtocolError, Pt2CacheError, ServerError, UnknownTokenError,
@@ -240,11 +240,14 @@ class Client(_Connection):
         """True when an entry existed and was removed."""
         return self._run("delete", False, lambda: self._key_op(Op.DEL, ns, key))
 
-    def stats(self) -> Optional[Dict[str, Any]]:
-        """The STATS object (schema: docs/operations.md), or None on failure."""
+    def stats(self, zero: bool = False) -> Optional[Dict[str, Any]]:
+        """The STATS object (schema: docs/operations.md), or None on failure.
+        With ``zero``, the daemon then resets its counters and latency
+        histograms (``pt2cache stats --zero``); the object returned holds the
+        counts from just before the reset."""
 
         def op() -> Dict[str, Any]:
-            _, body = self._call_ok(Op.STATS, b"")
+            _, body = self._call_ok(Op.STATS, b"", flags=FLAG_STATS_ZERO if zero else 0)
             try:
                 parsed = json.loads(body)
             except ValueError as e:
@@ -473,8 +476,8 @@ class Client(_Connection):
             return False
         raise ProtocolError(f"{op.name} answered {_status_name(status)}")
 
-    def _call_ok(self, op: Op, body: bytes, needs: int = 0) -> Tuple[int, bytes]:
-        status, reply = self._call(op, 0, body, needs=needs)
+    def _call_ok(self, op: Op, body: bytes, needs: int = 0, flags: int = 0) -> Tuple[int, bytes]:
+        status, reply = self._call(op, flags, body, needs=needs)
         if status != Status.OK:
             raise ProtocolError(f"{op.name} answered {_status_name(status)}")
         return status, reply
