@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "daemon/context.hpp"
-#include "daemon/store/redis_tier.hpp"
+#include "daemon/store/remote/redis_tier.hpp"
 
 namespace pt2cache::daemon {
 

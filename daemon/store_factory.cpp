@@ -6,9 +6,9 @@
 #include "daemon/log.hpp"
 #include "daemon/socket_setup.hpp"
 #include "daemon/store/disk_tier.hpp"
-#include "daemon/store/memory_tier.hpp"
-#include "daemon/store/redis_tier.hpp"
-#include "daemon/store/tls_transport.hpp"
+#include "daemon/store/memory/memory_tier.hpp"
+#include "daemon/store/remote/redis_tier.hpp"
+#include "daemon/store/remote/tls_transport.hpp"
 
 #include <fmt/ranges.h>
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "daemon/store/disk_tier.hpp"
-#include "daemon/store/memory_tier.hpp"
+#include "daemon/store/memory/memory_tier.hpp"
 #include "daemon/store/single_flight.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"

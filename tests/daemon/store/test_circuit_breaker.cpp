@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/circuit_breaker.hpp"
+#include "daemon/store/remote/circuit_breaker.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "daemon/store/cluster_topology.hpp"
+#include "daemon/store/remote/cluster_topology.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 #include <atomic>
 #include <thread>
 
-#include "daemon/store/memory_tier.hpp"
+#include "daemon/store/memory/memory_tier.hpp"
 #include "tests/daemon/store/helpers.hpp"
 
 #include <catch2/catch.hpp>

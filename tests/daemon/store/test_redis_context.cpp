@@ -7,8 +7,8 @@
 #include <thread>
 #include <unistd.h>
 
-#include "daemon/store/redis_context.hpp"
-#include "daemon/store/redis_pool.hpp"
+#include "daemon/store/remote/redis_context.hpp"
+#include "daemon/store/remote/redis_pool.hpp"
 #include "tests/daemon/store/alloc_probe.hpp"
 #include "tests/daemon/store/helpers.hpp"
 #include "tests/daemon/store/redis_server.hpp"

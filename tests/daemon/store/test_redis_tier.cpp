@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/store/redis_tier.hpp"
+#include "daemon/store/remote/redis_tier.hpp"
 #include "daemon/store/store.hpp"
 #include "tests/daemon/store/helpers.hpp"
 #include "tests/daemon/store/redis_server.hpp"

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/store/entry_signing.hpp"
-#include "daemon/store/redis_context.hpp"
-#include "daemon/store/tls_transport.hpp"
+#include "daemon/store/remote/entry_signing.hpp"
+#include "daemon/store/remote/redis_context.hpp"
+#include "daemon/store/remote/tls_transport.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>

@@ -2,7 +2,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/store/write_behind.hpp"
+#include "daemon/store/remote/write_behind.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/memory_tier.hpp"
+#include "daemon/store/memory/memory_tier.hpp"
 
 #include <algorithm>
 #include <vector>

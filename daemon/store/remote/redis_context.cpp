@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/redis_context.hpp"
+#include "daemon/store/remote/redis_context.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "daemon/store/tls_transport.hpp"
+#include "daemon/store/remote/tls_transport.hpp"
 
 #include <climits>
 #include <fmt/format.h>

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "daemon/store/redis_context.hpp"
+#include "daemon/store/remote/redis_context.hpp"
 
 namespace pt2cache::daemon::store {
 

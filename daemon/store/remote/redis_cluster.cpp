@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/redis_cluster.hpp"
+#include "daemon/store/remote/redis_cluster.hpp"
 
 #include <algorithm>
 

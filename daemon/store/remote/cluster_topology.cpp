@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/cluster_topology.hpp"
+#include "daemon/store/remote/cluster_topology.hpp"
 
 #include <algorithm>
 #include <charconv>

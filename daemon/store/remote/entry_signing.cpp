@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/entry_signing.hpp"
+#include "daemon/store/remote/entry_signing.hpp"
 
 #include <cerrno>
 #include <cstring>

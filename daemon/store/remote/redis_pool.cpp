@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/redis_pool.hpp"
+#include "daemon/store/remote/redis_pool.hpp"
 
 #include <algorithm>
 #include <optional>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/tls_transport.hpp"
+#include "daemon/store/remote/tls_transport.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>

@@ -5,7 +5,7 @@
 // never backfilled into the local tiers).
 #include <algorithm>
 
-#include "daemon/store/redis_tier.hpp"
+#include "daemon/store/remote/redis_tier.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

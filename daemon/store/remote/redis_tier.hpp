@@ -26,15 +26,15 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/store/circuit_breaker.hpp"
-#include "daemon/store/entry_signing.hpp"
 #include "daemon/store/log.hpp"
-#include "daemon/store/redis_cluster.hpp"
-#include "daemon/store/redis_context.hpp"
-#include "daemon/store/redis_pool.hpp"
+#include "daemon/store/remote/circuit_breaker.hpp"
+#include "daemon/store/remote/entry_signing.hpp"
+#include "daemon/store/remote/redis_cluster.hpp"
+#include "daemon/store/remote/redis_context.hpp"
+#include "daemon/store/remote/redis_pool.hpp"
+#include "daemon/store/remote/write_behind.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
-#include "daemon/store/write_behind.hpp"
 
 namespace pt2cache::daemon::store {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/store/redis_context.hpp"
+#include "daemon/store/remote/redis_context.hpp"
 
 #include <tl/expected.hpp>
 

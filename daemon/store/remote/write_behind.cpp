@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/write_behind.hpp"
+#include "daemon/store/remote/write_behind.hpp"
 
 #include <algorithm>
 

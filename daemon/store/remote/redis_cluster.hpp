@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/store/circuit_breaker.hpp"
-#include "daemon/store/cluster_topology.hpp"
-#include "daemon/store/redis_context.hpp"
-#include "daemon/store/redis_pool.hpp"
+#include "daemon/store/remote/circuit_breaker.hpp"
+#include "daemon/store/remote/cluster_topology.hpp"
+#include "daemon/store/remote/redis_context.hpp"
+#include "daemon/store/remote/redis_pool.hpp"
 #include "daemon/store/stats.hpp"
 #include "proto/cluster_slot.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/redis_tier.hpp"
+#include "daemon/store/remote/redis_tier.hpp"
 
 #include <algorithm>
 
