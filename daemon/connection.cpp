@@ -13,6 +13,8 @@ namespace pt2cache::daemon {
 
 Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     : m_socket(std::move(socket))
+    , m_strand(asio::make_strand(m_socket.get_executor()))
+    , m_writer_event(m_strand, std::chrono::steady_clock::time_point::max())
     , m_context(context)
     , m_id(id)
     , m_lease(context.inflight) {
@@ -72,6 +74,9 @@ awaitable<void> Connection::run() {
     } catch (const std::exception& e) {
         logger("session").error("[{}] connection failed: {}", m_id, e.what());
     }
+    // Replies still queued go out before the socket closes (e.g. to a client
+    // that sent its last requests and shut down its writing side).
+    co_await written();
     counters.connections_active--;
     m_context.touch();
     boost::system::error_code ignored;
@@ -131,41 +136,123 @@ awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
 awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
     // Plain statements: GCC 12 miscompiles (SIGILL) a co_await inside a
     // short-circuit condition or a co_return of this awaitable<bool>.
-    const bool sent = co_await flush(batch);
-    if (!sent || m_context.stopping) {
+    if (!send(batch) || m_context.stopping) {
+        co_return false;
+    }
+    while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
+        co_await writer_progress();
+    }
+    if (m_write_failed) {
         co_return false;
     }
     const bool more = co_await read_more(hint);
     co_return more;
 }
 
-awaitable<bool> Connection::flush(OutputBatch& batch) {
-    if (batch.empty()) {
+awaitable<bool> Connection::make_room(OutputBatch& batch) {
+    if (batch.size() + m_queued_bytes <= k_max_queued_output) {
         co_return true;
     }
-    auto buffers = batch.buffers();
-    // Most replies fit in the socket buffer: write them now, without the
-    // scheduler round trip that even an immediately complete async_write
-    // costs. Only what does not fit waits for the socket.
-    boost::system::error_code ec;
-    std::size_t written = m_socket.write_some(buffers, ec);
-    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-        batch.clear();
+    if (!send(batch)) {
         co_return false;
     }
-    if (written < asio::buffer_size(buffers)) {
-        auto first = buffers.begin();
-        while (written >= first->size()) {
-            written -= first->size();
-            ++first;
-        }
-        std::vector<asio::const_buffer> rest(first, buffers.end());
-        rest.front() += written;
-        ec.clear();
-        co_await asio::async_write(m_socket, rest, asio::redirect_error(use_awaitable, ec));
+    while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
+        co_await writer_progress();
     }
-    batch.clear();
-    co_return !ec;
+    co_return !m_write_failed;
+}
+
+awaitable<bool> Connection::flush(OutputBatch& batch) {
+    if (!send(batch)) {
+        co_return false;
+    }
+    const bool done = co_await written();
+    co_return done;
+}
+
+bool Connection::send(OutputBatch& batch) {
+    if (m_write_failed) {
+        batch.clear();
+        return false;
+    }
+    if (batch.empty()) {
+        return true;
+    }
+    if (m_writing) {
+        // Behind the replies already queued, in order.
+        m_queued_bytes += batch.size();
+        m_queued.push_back(std::move(batch));
+        batch = OutputBatch();
+        return true;
+    }
+    // Most replies fit in the socket buffer: write them now, without the
+    // scheduler round trip that even an immediately complete async_write
+    // costs. Only what does not fit goes to the writer.
+    const auto buffers = batch.buffers();
+    boost::system::error_code ec;
+    const std::size_t written = m_socket.write_some(buffers, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+        batch.clear();
+        m_write_failed = true;
+        return false;
+    }
+    const std::size_t total = asio::buffer_size(buffers);
+    if (written == total) {
+        batch.clear();
+        return true;
+    }
+    m_queued_bytes += total - written;
+    m_front_written = written;
+    m_queued.push_back(std::move(batch));
+    batch = OutputBatch();
+    m_writing = true;
+    write_front();
+    return true;
+}
+
+void Connection::write_front() {
+    auto buffers = m_queued.front().buffers();
+    // Skip what an earlier write sent of the front batch.
+    std::size_t skip = m_front_written;
+    auto first = buffers.begin();
+    while (skip >= first->size()) {
+        skip -= first->size();
+        ++first;
+    }
+    std::vector<asio::const_buffer> rest(first, buffers.end());
+    rest.front() += skip;
+    asio::async_write(
+        m_socket, rest,
+        asio::bind_executor(m_strand, [self = shared_from_this()](
+                                          const boost::system::error_code& ec, std::size_t n) {
+            self->m_queued_bytes -= std::min(n, self->m_queued_bytes);
+            self->m_front_written = 0;
+            if (ec) {
+                self->m_write_failed = true;
+                self->m_queued.clear();
+                self->m_queued_bytes = 0;
+            } else {
+                self->m_queued.pop_front();
+            }
+            if (self->m_queued.empty()) {
+                self->m_writing = false;
+            } else {
+                self->write_front();
+            }
+            self->m_writer_event.cancel();
+        }));
+}
+
+awaitable<void> Connection::writer_progress() {
+    boost::system::error_code ec;
+    co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
+}
+
+awaitable<bool> Connection::written() {
+    while (m_writing) {
+        co_await writer_progress();
+    }
+    co_return !m_write_failed;
 }
 
 } // namespace pt2cache::daemon

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string_view>
 #include <sys/socket.h>
@@ -18,8 +19,10 @@ public:
     Connection(UnixSocket socket, Context& context, std::uint64_t id);
 
     // Serves the connection until the peer leaves, a protocol error closes
-    // it, or the daemon stops.
+    // it, or the daemon stops. Runs on executor(), a strand.
     awaitable<void> run();
+    // The connection's strand: its session and its reply writer run there.
+    asio::strand<asio::any_io_executor> executor() const { return m_strand; }
 
     // The client process (SO_PEERCRED); -1 when unknown.
     pid_t peer_pid() const { return m_peer.pid; }
@@ -43,19 +46,50 @@ public:
     InflightLease& lease() { return m_lease; }
     // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error.
     awaitable<bool> read_exact(std::span<std::byte> out);
-    // Ends a batch of requests: writes the replies, then reads more requests
-    // (at least one byte, room for `hint`). False when the session is over:
-    // the peer left, or the daemon is stopping.
+    // Ends a batch of requests: sends the replies (see send()), then reads
+    // more requests (at least one byte, room for `hint`). False when the
+    // session is over: the peer left, or the daemon is stopping.
     awaitable<bool> next_batch(OutputBatch& batch, std::size_t hint);
-    // Writes and clears `batch`. False when the peer is gone.
+    // Sends and clears `batch`, and waits until every reply sent so far is
+    // written. False when the peer is gone.
     awaitable<bool> flush(OutputBatch& batch);
+    // Sends and clears `batch` without waiting: what the socket takes now is
+    // written at once, the rest by a writer on the strand while the session
+    // goes on reading. A client that sends a long pipeline before reading
+    // any reply so never blocks against us (docs/protocol.md, "Pipelining").
+    // False when an earlier write failed (the peer is gone).
+    bool send(OutputBatch& batch);
+    // Between two requests of a batch: once `batch` and the queued replies
+    // pass k_max_queued_output, sends `batch` and waits for the writer to
+    // bring the queue under it. False when the peer is gone.
+    awaitable<bool> make_room(OutputBatch& batch);
+
+    // Replies queued beyond this wait for the writer before more requests
+    // are read (a client that never reads cannot make us buffer without end).
+    static constexpr std::size_t k_max_queued_output = 16u << 20;
 
 private:
     bool peer_allowed();
     // Brings the lease in line with the input buffer's capacity.
     awaitable<bool> lease_input();
+    // Starts an async_write of the front of m_queued (the strand is held).
+    void write_front();
+    // Waits until the writer has made progress or ended.
+    awaitable<void> writer_progress();
+    // Waits until every queued reply is written (or a write failed).
+    awaitable<bool> written();
 
     UnixSocket m_socket;
+    asio::strand<asio::any_io_executor> m_strand;
+    // Replies the socket did not take at once, in order; the front one has
+    // `m_front_written` bytes written already.
+    std::deque<OutputBatch> m_queued;
+    std::size_t m_front_written = 0;
+    std::size_t m_queued_bytes = 0;
+    bool m_writing = false;
+    bool m_write_failed = false;
+    // Never expires: the writer cancels it to wake the session.
+    asio::steady_timer m_writer_event;
     Context& m_context;
     std::uint64_t m_id;
     ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};

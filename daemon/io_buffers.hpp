@@ -76,14 +76,19 @@ public:
         if (blob.empty()) {
             return;
         }
+        m_blob_bytes += blob.size();
         m_blobs.push_back(Segment{m_bytes.size(), std::move(blob)});
     }
 
     bool empty() const { return m_bytes.empty() && m_blobs.empty(); }
 
+    // Bytes a write of this batch sends.
+    std::size_t size() const { return m_bytes.size() + m_blob_bytes; }
+
     void clear() {
         m_bytes.clear();
         m_blobs.clear();
+        m_blob_bytes = 0;
         // Large replies (PING echoes, STATS, LIST pages) leave no lasting cost.
         if (m_bytes.capacity() > k_keep) {
             m_bytes.shrink_to_fit();
@@ -117,6 +122,7 @@ private:
     };
     std::vector<std::byte> m_bytes;
     std::vector<Segment> m_blobs;
+    std::size_t m_blob_bytes = 0;
 };
 
 } // namespace pt2cache::daemon

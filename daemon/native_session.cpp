@@ -177,6 +177,10 @@ awaitable<void> NativeSession::run() {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
+            const bool room = co_await m_connection.make_room(m_out);
+            if (!room) {
+                co_return;
+            }
         }
         if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
@@ -190,9 +194,9 @@ NativeSession::receive_body(const proto::Header& header, std::span<const std::by
                             InflightLease& lease) {
     const std::size_t length = header.length;
     auto body = std::make_shared<std::vector<std::byte>>(first.begin(), first.end());
-    // Replies already due go out before a long receive.
-    const bool flushed = co_await m_connection.flush(m_out);
-    if (!flushed) {
+    // Replies already due go out before a long receive, without waiting for
+    // them: the client may be sending this body before it reads any reply.
+    if (!m_connection.send(m_out)) {
         co_return nullptr;
     }
     std::size_t filled = first.size();

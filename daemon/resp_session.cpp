@@ -116,6 +116,10 @@ awaitable<void> RespSession::run() {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
+            const bool room = co_await m_connection.make_room(m_out);
+            if (!room) {
+                co_return;
+            }
         }
         const bool more = co_await m_connection.next_batch(m_out, want);
         if (!more) {

@@ -225,7 +225,7 @@ awaitable<void> Server::accept_loop() {
             continue;
         }
         asio::co_spawn(
-            executor,
+            connection->executor(),
             [this, connection]() -> awaitable<void> {
                 co_await connection->run();
                 m_registry.remove(connection.get());

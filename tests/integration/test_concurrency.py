@@ -4,10 +4,13 @@ connection, with the right values."""
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import struct
 import threading
 import time
+
+import redis
 
 from integ_helpers import NativeClient, put_body
 from pt2harness import OP, STATUS, frame, key_body, wait_for
@@ -191,4 +194,77 @@ def test_32_pipelining_clients(make_daemon):
         for key, value in w.model.items():
             assert observer.get("pgo", key) == (STATUS["ok"], value), key
     observer.close()
+    assert d.proc.poll() is None
+
+
+# ---- pipelines sent before any reply is read (docs/protocol.md, "Pipelining") ----
+
+def test_a_pipeline_sent_whole_before_reading_does_not_deadlock(make_daemon):
+    """Replies to the first requests outgrow the socket buffer while the client
+    is still sending a large PUT: the daemon must go on reading."""
+    d = make_daemon()
+    c = NativeClient(d.socket, timeout=20)
+    big = os.urandom(200 << 10)
+    c.send(frame(OP["put"], put_body("pgo", b"big", big), rid=1))
+    assert c.reply()[1] == STATUS["ok"]
+    huge = os.urandom(4 << 20)
+    data = bytearray()
+    for i in range(16):
+        data += frame(OP["get"], key_body("pgo", b"big"), rid=100 + i)
+    data += frame(OP["put"], put_body("pgo", b"huge", huge), rid=200)
+    data += frame(OP["get"], key_body("pgo", b"huge"), rid=201)
+    started = time.monotonic()
+    c.send(bytes(data))
+    for i in range(16):
+        op, status, rid, body = c.reply()
+        assert (op, status, rid, body) == (OP["get"], STATUS["ok"], 100 + i, big)
+    assert c.reply()[1:3] == (STATUS["ok"], 200)
+    assert c.reply()[1:] == (STATUS["ok"], 201, huge)
+    assert time.monotonic() - started < 15
+    c.close()
+
+
+def test_a_redis_py_pipeline_of_large_values_does_not_deadlock(make_daemon):
+    d = make_daemon()
+    client = redis.Redis(unix_socket_path=str(d.socket), socket_timeout=20)
+    big = os.urandom(300 << 10)
+    assert client.set("pipeline:big", big)
+    pipe = client.pipeline(transaction=False)
+    for _ in range(12):
+        pipe.get("pipeline:big")
+    pipe.set("pipeline:huge", b"h" * (6 << 20))
+    pipe.get("pipeline:huge")
+    replies = pipe.execute()
+    assert replies[:12] == [big] * 12
+    assert replies[12] is True and replies[13] == b"h" * (6 << 20)
+    client.close()
+
+
+def test_a_client_that_never_reads_is_bounded_and_loses_nothing(make_daemon):
+    """40 MiB of replies requested without reading: the daemon stops reading
+    that connection past its 16 MiB of queued replies, serves everyone else,
+    and delivers every reply once the client reads."""
+    d = make_daemon()
+    value = os.urandom(1 << 20)
+    slow = NativeClient(d.socket, timeout=20)
+    slow.send(frame(OP["put"], put_body("pgo", b"mib", value), rid=1))
+    assert slow.reply()[1] == STATUS["ok"]
+    requests = b"".join(frame(OP["get"], key_body("pgo", b"mib"), rid=10 + i) for i in range(40))
+    slow.send(requests)
+    time.sleep(0.5)
+    other = NativeClient(d.socket, timeout=10)
+
+    def gets_served():
+        return sum(row["count"] for row in other.stats()["requests"]
+                   if row["op"] == "get" and row["ns"] == "pgo")
+
+    # 16 MiB queued, one more reply being made, and what the sockets hold.
+    assert 16 <= gets_served() <= 22
+    assert other.get("pgo", b"mib") == (STATUS["ok"], value)
+    for i in range(40):
+        op, status, rid, body = slow.reply()
+        assert (status, rid) == (STATUS["ok"], 10 + i) and body == value
+    assert gets_served() == 41
+    other.close()
+    slow.close()
     assert d.proc.poll() is None
