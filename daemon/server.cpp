@@ -4,8 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "daemon/connection.hpp"
 #include "daemon/log.hpp"
@@ -14,6 +16,7 @@
 #include "daemon/store_factory.hpp"
 #include "daemon/watchdog.hpp"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <systemd/sd-daemon.h>
 
 namespace pt2cache::daemon {
@@ -79,18 +82,38 @@ public:
     Server(config::Loaded loaded, config::LoadOptions reload_options)
         : m_loaded(std::move(loaded))
         , m_reload_options(std::move(reload_options))
-        , m_io(static_cast<int>(m_loaded.config.io_threads))
+        , m_io(1)
+        , m_loops(make_loops(m_loaded.config.io_threads))
         , m_blocking(m_loaded.config.blocking_threads)
         , m_acceptor(m_io)
         , m_signals(m_io, SIGINT, SIGTERM, SIGHUP)
         , m_idle_timer(m_io)
         , m_bundle_timer(m_io)
         , m_drain_timer(m_io)
-        , m_watchdog(m_io, m_loaded.config.io_threads) {}
+        , m_watchdog(m_io, loop_pointers()) {
+        for (auto& loop : m_loops) {
+            m_loop_guards.push_back(asio::make_work_guard(*loop));
+        }
+    }
 
     int run();
 
 private:
+    // The loops of the I/O threads after the first, one each.
+    static std::vector<std::unique_ptr<asio::io_context>> make_loops(unsigned io_threads) {
+        std::vector<std::unique_ptr<asio::io_context>> loops;
+        for (unsigned i = 1; i < io_threads; ++i) {
+            loops.push_back(std::make_unique<asio::io_context>(1));
+        }
+        return loops;
+    }
+    std::vector<asio::io_context*> loop_pointers() const {
+        std::vector<asio::io_context*> out;
+        for (const auto& loop : m_loops) {
+            out.push_back(loop.get());
+        }
+        return out;
+    }
     void listen();
     awaitable<void> accept_loop();
     void refuse(Connection& connection, ConnectionRegistry::Admission why);
@@ -105,7 +128,14 @@ private:
     config::LoadOptions m_reload_options;
     Context m_context;
     ConnectionRegistry m_registry;
+    // The first I/O thread's loop: the listener, signals and timers, and its
+    // share of the connections. Each further I/O thread runs its own loop
+    // (m_loops), so a connection lives on one thread and its requests never
+    // hop between threads.
     asio::io_context m_io;
+    std::vector<std::unique_ptr<asio::io_context>> m_loops;
+    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> m_loop_guards;
+    std::size_t m_next_loop = 0;
     asio::thread_pool m_blocking;
     UnixAcceptor m_acceptor;
     asio::signal_set m_signals;
@@ -170,10 +200,12 @@ int Server::run() {
     m_watchdog.start();
 
     std::vector<std::thread> threads;
-    for (unsigned i = 1; i < config.io_threads; ++i) {
-        threads.emplace_back([this] { m_io.run(); });
+    for (auto& loop : m_loops) {
+        threads.emplace_back([&loop] { loop->run(); });
     }
     m_io.run();
+    // Stopped: the other loops end once their connections are gone.
+    m_loop_guards.clear();
     for (auto& thread : threads) {
         thread.join();
     }
@@ -205,7 +237,11 @@ awaitable<void> Server::accept_loop() {
     asio::steady_timer backoff(executor);
     while (!m_context.stopping) {
         boost::system::error_code ec;
-        auto socket = co_await m_acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+        // Connections go to the loops in turn.
+        const std::size_t pick = m_next_loop++ % (m_loops.size() + 1);
+        asio::io_context& loop = pick == 0 ? m_io : *m_loops[pick - 1];
+        auto socket =
+            co_await m_acceptor.async_accept(loop, asio::redirect_error(use_awaitable, ec));
         if (ec) {
             if (m_context.stopping || ec == asio::error::operation_aborted) {
                 co_return;
@@ -364,6 +400,9 @@ void Server::stop(std::string_view why) {
             logger("daemon").warn("{} connections still busy after {} s; exiting anyway",
                                   m_registry.size(), k_drain_deadline.count());
             m_io.stop();
+            for (auto& loop : m_loops) {
+                loop->stop();
+            }
         }
     });
     // The drain timer must not keep the daemon up once the connections are

@@ -46,17 +46,33 @@ std::optional<LoopStall> parse_loop_stall(std::string_view text) {
     if (comma == std::string_view::npos) {
         return std::nullopt;
     }
+    auto rest = text.substr(comma + 1);
+    std::optional<unsigned> only_loop;
+    if (const auto second = rest.find(','); second != std::string_view::npos) {
+        const auto loop = rest.substr(second + 1);
+        rest = rest.substr(0, second);
+        if (loop.empty() || loop.size() > 3 ||
+            loop.find_first_not_of("0123456789") != std::string_view::npos) {
+            return std::nullopt;
+        }
+        const unsigned index = static_cast<unsigned>(std::stoul(std::string(loop)));
+        if (index > 255) {
+            return std::nullopt;
+        }
+        only_loop = index;
+    }
     const auto after = parse_seconds(std::string(text.substr(0, comma)));
-    const auto duration = parse_seconds(std::string(text.substr(comma + 1)));
+    const auto duration = parse_seconds(std::string(rest));
     if (!after || !duration) {
         return std::nullopt;
     }
-    return LoopStall{*after, *duration};
+    return LoopStall{*after, *duration, only_loop};
 }
 
-Watchdog::Watchdog(asio::io_context& io, unsigned io_threads)
+Watchdog::Watchdog(asio::io_context& io, std::vector<asio::io_context*> others)
     : m_io(io)
-    , m_io_threads(io_threads == 0 ? 1 : io_threads)
+    , m_others(std::move(others))
+    , m_answered(std::make_unique<std::atomic<std::uint64_t>[]>(m_others.size()))
     , m_timer(io)
     , m_stall_timer(io) {}
 
@@ -85,7 +101,7 @@ void Watchdog::start() {
     }
     const auto stall = parse_loop_stall(stall_text);
     if (!stall) {
-        log.warn("{}=\"{}\" is ignored: expected \"AFTER,FOR\" in seconds (0 to 3600)",
+        log.warn("{}=\"{}\" is ignored: expected \"AFTER,FOR[,LOOP]\" (seconds, 0 to 3600)",
                  k_stall_variable, stall_text);
         return;
     }
@@ -105,7 +121,22 @@ void Watchdog::arm() {
         if (ec) {
             return;
         }
-        ::sd_notify(0, "WATCHDOG=1");
+        // Alive: this loop (it runs this handler) and every other loop that
+        // ran the heartbeat of the previous round.
+        const auto round = ++m_round;
+        bool alive = true;
+        for (std::size_t i = 0; i < m_others.size(); ++i) {
+            if (m_answered[i].load(std::memory_order_acquire) + 1 < round) {
+                alive = false;
+            }
+        }
+        if (alive) {
+            ::sd_notify(0, "WATCHDOG=1");
+        }
+        for (std::size_t i = 0; i < m_others.size(); ++i) {
+            asio::post(*m_others[i],
+                       [this, i, round] { m_answered[i].store(round, std::memory_order_release); });
+        }
         arm();
     });
 }
@@ -116,15 +147,26 @@ void Watchdog::arm_stall(LoopStall stall) {
         if (ec) {
             return;
         }
-        logger("daemon").warn("{}: stalling {} I/O threads for {} ms", k_stall_variable,
-                              m_io_threads, stall.duration.count());
-        // This handler blocks its thread; one more handler per other thread
-        // blocks the rest (a busy thread takes its handler when it is free).
         const auto until = std::chrono::steady_clock::now() + stall.duration;
-        for (unsigned i = 1; i < m_io_threads; ++i) {
-            asio::post(m_io, [until] { std::this_thread::sleep_until(until); });
+        const auto sleep = [until] { std::this_thread::sleep_until(until); };
+        if (stall.only_loop) {
+            logger("daemon").warn("{}: stalling I/O loop {} for {} ms", k_stall_variable,
+                                  *stall.only_loop, stall.duration.count());
+            if (*stall.only_loop == 0) {
+                sleep();
+            } else if (*stall.only_loop <= m_others.size()) {
+                asio::post(*m_others[*stall.only_loop - 1], sleep);
+            }
+            return;
         }
-        std::this_thread::sleep_until(until);
+        logger("daemon").warn("{}: stalling {} I/O loops for {} ms", k_stall_variable,
+                              m_others.size() + 1, stall.duration.count());
+        // This handler blocks its loop; one more handler per other loop
+        // blocks the rest (a busy loop takes its handler when it is free).
+        for (auto* loop : m_others) {
+            asio::post(*loop, sleep);
+        }
+        sleep();
     });
 }
 

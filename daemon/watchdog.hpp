@@ -2,20 +2,25 @@
 //
 // systemd's service watchdog (WatchdogSec= in pt2cached.service): while
 // sd_watchdog_enabled() says the service manager wants them, a timer on the
-// I/O loop sends WATCHDOG=1 every half interval. The pings come from the same
-// io_context that serves the clients, so a loop whose every I/O thread is
-// wedged stops pinging and systemd restarts the daemon.
+// first I/O loop sends WATCHDOG=1 every half interval, provided that every
+// other I/O loop ran the heartbeat posted to it at the previous ping. The
+// pings come from the loops that serve the clients, so a daemon with any I/O
+// thread wedged stops pinging and systemd restarts it.
 //
 // Debug builds (NDEBUG undefined: buildtype debug or debugoptimized, the
 // default) also honour PT2CACHED_DEBUG_STALL_LOOP="AFTER,FOR" (seconds,
-// decimals allowed): AFTER seconds after start every I/O thread blocks for FOR
-// seconds, so that a test can watch the pings stop (docs/operations.md).
-// Release builds ignore the variable, with a warning.
+// decimals allowed): AFTER seconds after start every I/O loop blocks for FOR
+// seconds (with ",LOOP": only I/O loop number LOOP, counted from 0), so that a test can watch the
+// pings stop (docs/operations.md). Release builds ignore the variable, with a warning.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "daemon/asio.hpp"
 
@@ -25,15 +30,18 @@ namespace pt2cache::daemon {
 struct LoopStall {
     std::chrono::milliseconds after{0};
     std::chrono::milliseconds duration{0};
+    std::optional<unsigned> only_loop; // one I/O loop (0 = the first), else all
 };
 
-// "AFTER,FOR" in seconds (each 0 to 3600, decimals allowed), else nullopt.
+// "AFTER,FOR" in seconds (each 0 to 3600, decimals allowed), optionally
+// ",LOOP" (an I/O loop's index, 0 to 255), else nullopt.
 std::optional<LoopStall> parse_loop_stall(std::string_view text);
 
 class Watchdog {
 public:
-    // `io_threads`: how many threads run `io` (the stall blocks them all).
-    Watchdog(asio::io_context& io, unsigned io_threads);
+    // `io` runs the timers; `others` are the other I/O loops, each run by one
+    // thread (all must outlive the watchdog's handlers).
+    Watchdog(asio::io_context& io, std::vector<asio::io_context*> others);
 
     // Starts pinging when systemd asked for it (logging the interval), and
     // arms the debug stall when one is asked for and compiled in.
@@ -49,7 +57,10 @@ private:
     void arm_stall(LoopStall stall);
 
     asio::io_context& m_io;
-    unsigned m_io_threads;
+    std::vector<asio::io_context*> m_others;
+    // The last ping round each other loop answered.
+    std::unique_ptr<std::atomic<std::uint64_t>[]> m_answered;
+    std::uint64_t m_round = 0;
     asio::steady_timer m_timer;
     asio::steady_timer m_stall_timer;
     std::chrono::microseconds m_period{0};

@@ -316,7 +316,7 @@ def test_watchdog_pings_from_the_io_loop_and_stop_while_it_is_stalled(make_daemo
     if "is ignored: this pt2cached is a release build" in log:
         assert len(pings) >= 20
         pytest.skip("the loop-stall hook is compiled out of release builds")
-    assert "stalling 2 I/O threads for 2500 ms" in log, log
+    assert "stalling 2 I/O loops for 2500 ms" in log, log
     gaps = [(b - a, a) for a, b in zip(pings, pings[1:])]
     stall_gap, stall_start = max(gaps)
     # The stall silenced the pings for its length...
@@ -327,6 +327,29 @@ def test_watchdog_pings_from_the_io_loop_and_stop_while_it_is_stalled(make_daemo
     assert len(before) >= 5 and len(after) >= 5, gaps
     assert max(before) < 1.5 and max(after) < 1.5, gaps
     assert 0.1 < sorted(before)[len(before) // 2] < 0.4, gaps
+
+
+def test_watchdog_stops_pinging_when_any_one_io_loop_is_stalled(make_daemon, tmp_root):
+    """Each I/O thread runs its own loop: the pings come from the first, and
+    only while every other loop answers its heartbeats."""
+    notify = NotifySocket(tmp_root / "notify")
+    try:
+        d = make_daemon("--set", "daemon.io_threads=2", env={
+            "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000",
+            "PT2CACHED_DEBUG_STALL_LOOP": "1.5,2.5,1"})
+        notify.collect(5.5)
+    finally:
+        notify.close()
+    log = d.log()
+    if "is ignored: this pt2cached is a release build" in log:
+        pytest.skip("the loop-stall hook is compiled out of release builds")
+    assert "stalling I/O loop 1 for 2500 ms" in log, log
+    pings = notify.pings()
+    gaps = [(b - a, a) for a, b in zip(pings, pings[1:])]
+    stall_gap, _ = max(gaps)
+    # The first loop went on pinging... until the second one missed a round.
+    assert 2.0 <= stall_gap <= 5.0, gaps
+    assert len(pings) >= 10
 
 
 def test_no_watchdog_pings_unless_systemd_asks(make_daemon, tmp_root):
