@@ -337,54 +337,60 @@ bool Launcher::install(std::span<const std::byte> value) {
     return true;
 }
 
+std::optional<bool> Launcher::lookup_in_daemon() {
+    std::vector<CxxRule> rules;
+    for (const auto& rule : m_rewriter.expansions()) {
+        rules.push_back({rule.placeholder, rule.directory});
+    }
+    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
+    auto answer = m_client.cxx_lookup(m_common_key, rules);
+    if (!answer) {
+        if (answer.error().kind == ErrorKind::server) {
+            log("CXX_LOOKUP refused: " + answer.error().message);
+            return std::nullopt;
+        }
+        m_daemon_ok = false;
+        log("daemon unavailable: " + answer.error().message);
+        return false;
+    }
+    if (answer->outcome == CxxOutcome::no_manifest) {
+        log("miss: no manifest " + manifest_key);
+        return false;
+    }
+    auto manifest = Manifest::decode(answer->manifest());
+    if (!manifest) {
+        log("corrupt manifest " + manifest_key);
+        return false;
+    }
+    m_manifest = std::move(*manifest);
+    switch (answer->outcome) {
+    case CxxOutcome::hit:
+        if (install(answer->result())) {
+            log("hit (CXX_LOOKUP) under " + manifest_key);
+            return true;
+        }
+        return false;
+    case CxxOutcome::undecided:
+        log("CXX_LOOKUP undecided: matching here");
+        return match_manifest();
+    case CxxOutcome::no_match:
+    case CxxOutcome::no_manifest:
+        break;
+    }
+    log("miss: no manifest variant matches the inputs");
+    return false;
+}
+
 bool Launcher::lookup() {
     if (!m_daemon_ok) {
         return false;
     }
-    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
-    std::optional<Manifest> manifest;
     if ((m_client.capabilities() & proto::capability::cxx_lookup) != 0) {
-        // One round trip: the daemon matches the manifest and sends the result.
-        std::vector<CxxRule> rules;
-        for (const auto& rule : m_rewriter.expansions()) {
-            rules.push_back({rule.placeholder, rule.directory});
+        if (const auto decided = lookup_in_daemon()) {
+            return *decided;
         }
-        auto answer = m_client.cxx_lookup(m_common_key, rules);
-        if (!answer && answer.error().kind != ErrorKind::server) {
-            m_daemon_ok = false;
-            log("daemon unavailable: " + answer.error().message);
-            return false;
-        }
-        if (answer) {
-            if (answer->outcome == CxxOutcome::no_manifest) {
-                log("miss: no manifest " + manifest_key);
-                return false;
-            }
-            manifest = Manifest::decode(answer->manifest());
-            if (!manifest) {
-                log("corrupt manifest " + manifest_key);
-                return false;
-            }
-            m_manifest = *manifest;
-            switch (answer->outcome) {
-            case CxxOutcome::hit:
-                if (install(answer->result())) {
-                    log("hit (CXX_LOOKUP) under " + manifest_key);
-                    return true;
-                }
-                return false;
-            case CxxOutcome::no_match:
-            case CxxOutcome::no_manifest:
-                log("miss: no manifest variant matches the inputs");
-                return false;
-            case CxxOutcome::undecided:
-                log("CXX_LOOKUP undecided: matching here");
-                return match_manifest();
-            }
-            return false;
-        }
-        log("CXX_LOOKUP refused: " + answer.error().message);
     }
+    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
     auto found = m_client.get(wire::k_namespace, manifest_key);
     if (!found) {
         m_daemon_ok = false;
@@ -395,12 +401,12 @@ bool Launcher::lookup() {
         log("miss: no manifest " + manifest_key);
         return false;
     }
-    manifest = Manifest::decode(**found);
+    auto manifest = Manifest::decode(**found);
     if (!manifest) {
         log("corrupt manifest " + manifest_key);
         return false;
     }
-    m_manifest = *manifest;
+    m_manifest = std::move(*manifest);
     return match_manifest();
 }
 

@@ -75,6 +75,9 @@ private:
     // Looks the build up (CXX_LOOKUP, or the manifest GET where the daemon
     // lacks it); true when the output was installed from a hit.
     bool lookup();
+    // CXX_LOOKUP: whether it hit, or nullopt when the daemon refused the
+    // request (then the manifest is read with GET).
+    std::optional<bool> lookup_in_daemon();
     // Matches m_manifest against the inputs' current hashes and installs the
     // first matching variant's stored result.
     bool match_manifest();
