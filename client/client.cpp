@@ -193,7 +193,8 @@ tl::expected<void, Error> Client::handshake(Clock::time_point deadline) {
     proto::encode_hello(frame, id,
                         proto::HelloRequest{proto::k_version,
                                             proto::capability::ttl | proto::capability::bundle |
-                                                proto::capability::hash_files,
+                                                proto::capability::hash_files |
+                                                proto::capability::cxx_lookup,
                                             m_options.client_name});
     if (auto sent = socket::send_all(m_fd, frame, {}, deadline); !sent) {
         // A refusing daemon may have closed before the HELLO went out: its

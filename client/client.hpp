@@ -129,6 +129,33 @@ struct FileHash {
     std::array<std::byte, 16> hash{};
 };
 
+// CXX_LOOKUP (docs/protocol.md, "Compile-cache lookup"): what the daemon
+// found for a pt2cache-cxx common key. Same values as proto::cxx::LookupOutcome.
+enum class CxxOutcome : std::uint8_t {
+    no_manifest = 0,
+    no_match = 1,
+    hit = 2,
+    undecided = 3, // the daemon could not hash every input: match the manifest yourself
+};
+
+struct CxxRule {
+    std::string placeholder; // e.g. "@PT2_SRCDIR@"
+    std::string directory;   // absolute
+};
+
+struct CxxLookup {
+    CxxOutcome outcome = CxxOutcome::no_manifest;
+    Bytes body; // the reply body: manifest() and result() are parts of it
+    std::size_t manifest_offset = 0;
+    std::size_t manifest_size = 0;
+    std::size_t result_offset = 0;
+
+    std::span<const std::byte> manifest() const {
+        return std::span(body).subspan(manifest_offset, manifest_size);
+    }
+    std::span<const std::byte> result() const { return std::span(body).subspan(result_offset); }
+};
+
 struct ListEntry {
     std::string key;
     std::uint64_t size = 0;
@@ -253,6 +280,13 @@ public:
     // result i answers paths[i]. A daemon without the HASH_FILES capability
     // gives Error{server, unknown_op} without anything being sent.
     tl::expected<std::vector<FileHash>, Error> hash_files(std::span<const std::string> paths);
+
+    // A pt2cache-cxx lookup in one request: the manifest of `common_key`,
+    // its inputs hashed with `rules` expanding their placeholders, and the
+    // result of the first matching variant. A daemon without the CXX_LOOKUP
+    // capability gives Error{server, unknown_op} without anything being sent.
+    tl::expected<CxxLookup, Error> cxx_lookup(std::string_view common_key,
+                                              std::span<const CxxRule> rules);
 
     // The round-trip time of one PING (connecting first if needed, which is
     // not counted).

@@ -10,6 +10,7 @@
 #include "client/client.hpp"
 #include "client/ops_common.hpp"
 #include "proto/bytes.hpp"
+#include "proto/cxx_lookup.hpp"
 #include "proto/frame.hpp"
 #include "proto/hash_files.hpp"
 #include "proto/messages.hpp"
@@ -322,6 +323,49 @@ tl::expected<std::vector<FileHash>, Error> Client::hash_files(std::span<const st
         out[i].size = (*parsed)[i].size;
         out[i].hash = (*parsed)[i].hash;
     }
+    return out;
+}
+
+tl::expected<CxxLookup, Error> Client::cxx_lookup(std::string_view common_key,
+                                                  std::span<const CxxRule> rules) {
+    proto::cxx::LookupRequest request;
+    request.common_key = std::string(common_key);
+    for (const auto& rule : rules) {
+        request.rules.push_back({rule.placeholder, rule.directory});
+    }
+    if (auto error = proto::cxx::lookup_request_error(request)) {
+        return invalid(Status::malformed, *error);
+    }
+    if (auto ok = ensure_connected(); !ok) {
+        return tl::unexpected(std::move(ok.error()));
+    }
+    if ((m_capabilities & proto::capability::cxx_lookup) == 0) {
+        return invalid(Status::unknown_op, fmt::format("pt2cached at {} does not offer CXX_LOOKUP",
+                                                       m_options.socket_path));
+    }
+    const auto id = begin_request();
+    proto::cxx::encode_lookup(m_out, id, request);
+    // The manifest and the result are values, each at most max_value bytes.
+    auto reply = round_trip(proto::Op::cxx_lookup, id, {}, 1 + 4 + 2 * m_max_value);
+    if (!reply) {
+        return tl::unexpected(std::move(reply.error()));
+    }
+    if (reply->status != Status::ok) {
+        return tl::unexpected(fail(unexpected_status(proto::Op::cxx_lookup, reply->status)));
+    }
+    auto parsed = proto::cxx::parse_lookup_response(reply->body);
+    if (!parsed) {
+        return tl::unexpected(fail(
+            Error{ErrorKind::protocol, Status::internal,
+                  "pt2cached sent a malformed CXX_LOOKUP response: " + parsed.error().message}));
+    }
+    CxxLookup out;
+    out.outcome = static_cast<CxxOutcome>(parsed->outcome);
+    const auto* base = reply->body.data();
+    out.manifest_offset = static_cast<std::size_t>(parsed->manifest.data() - base);
+    out.manifest_size = parsed->manifest.size();
+    out.result_offset = reply->body.size() - parsed->result.size();
+    out.body = std::move(reply->body);
     return out;
 }
 

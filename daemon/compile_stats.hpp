@@ -2,9 +2,9 @@
 //
 // Counters of the compile cache kept by pt2cache-cxx in namespace `cxx`
 // (docs/cxx.md, "Statistics"), derived from the requests the daemon serves:
-// one manifest GET per cacheable invocation is a lookup, a result GET hit is a
-// hit (and saves the build time recorded in the value), a result PUT is a real
-// build that was stored.
+// one manifest read (GET or CXX_LOOKUP) per cacheable invocation is a lookup,
+// a result read that hits is a hit (and saves the build time recorded in the
+// value), a result PUT is a real build that was stored.
 #pragma once
 
 #include <atomic>

@@ -17,7 +17,6 @@ namespace pt2cache::daemon {
 
 namespace {
 
-constexpr std::chrono::seconds k_request_budget{2};
 constexpr std::size_t k_read_chunk = 1u << 20;
 
 std::int64_t to_ns(const struct timespec& t) {
@@ -225,7 +224,7 @@ serve_hash_files(Context& context, std::span<const std::byte> body) {
     if (!paths) {
         co_return tl::unexpected(paths.error());
     }
-    const auto deadline = std::chrono::steady_clock::now() + k_request_budget;
+    const auto deadline = std::chrono::steady_clock::now() + k_hash_request_budget;
     auto hashes = co_await offload(*context.blocking,
                                    [&] { return context.file_hashes.hash_all(*paths, deadline); });
     co_return proto::encode_hash_files_body(hashes);

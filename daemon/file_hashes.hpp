@@ -25,6 +25,9 @@ namespace pt2cache::daemon {
 
 struct Context;
 
+// How long one request (HASH_FILES, CXX_LOOKUP) may spend hashing files.
+inline constexpr std::chrono::seconds k_hash_request_budget{2};
+
 // Identity of a file's content as stat sees it.
 struct FileStamp {
     std::uint64_t dev = 0;

@@ -5,6 +5,7 @@
 
 #include "daemon/bundles.hpp"
 #include "daemon/connection.hpp"
+#include "daemon/cxx_lookup.hpp"
 #include "daemon/export_ops.hpp"
 #include "daemon/fetch.hpp"
 #include "daemon/file_hashes.hpp"
@@ -15,6 +16,7 @@
 #include "daemon/stats_report.hpp"
 #include "proto/autotune.hpp"
 #include "proto/bytes.hpp"
+#include "proto/cxx_value.hpp"
 #include "proto/messages.hpp"
 
 namespace pt2cache::daemon {
@@ -90,6 +92,7 @@ private:
     awaitable<bool> handle_bundle_begin(const proto::Header& header,
                                         std::span<const std::byte> body);
     awaitable<bool> handle_bundle_end(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_cxx_lookup(const proto::Header& header, std::span<const std::byte> body);
     bool handle_hello(const proto::Header& header, std::span<const std::byte> body);
 
     // Measures the request being handled as `op` on `ns` (which must stay
@@ -319,6 +322,8 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
         }
         co_return true;
     }
+    case Op::cxx_lookup:
+        co_return co_await handle_cxx_lookup(header, body);
     case Op::bundle_begin:
         co_return co_await handle_bundle_begin(header, body);
     case Op::bundle_end:
@@ -344,8 +349,8 @@ bool NativeSession::handle_hello(const proto::Header& header, std::span<const st
     logger("session").debug("[{}] HELLO from {}", m_connection.id(), hello->client_name);
     proto::HelloResponse response;
     response.capabilities =
-        hello->capabilities &
-        (proto::capability::ttl | proto::capability::bundle | proto::capability::hash_files);
+        hello->capabilities & (proto::capability::ttl | proto::capability::bundle |
+                               proto::capability::hash_files | proto::capability::cxx_lookup);
     response.max_value = m_context.max_value.load();
     response.server_name = k_server_name;
     proto::encode_hello_response(m_out.bytes(), header.id, response);
@@ -530,6 +535,26 @@ awaitable<bool> NativeSession::handle_bundle_end(const proto::Header& header,
         co_return fail(header, {Status::storage_error, stored.error().message});
     }
     proto::encode_bundle_end_response(m_out.bytes(), header.id, *stored);
+    co_return true;
+}
+
+awaitable<bool> NativeSession::handle_cxx_lookup(const proto::Header& header,
+                                                 std::span<const std::byte> body) {
+    measure(proto::cxx::k_namespace, LatencyOp::get);
+    auto answer = co_await serve_cxx_lookup(m_context, body, &m_measured_tier);
+    if (!answer) {
+        co_return fail(header, answer.error());
+    }
+    if (answer->outcome != proto::cxx::LookupOutcome::hit) {
+        m_measured_result = RequestResult::miss;
+    }
+    // The manifest is copied into the reply; the result (up to a precompiled
+    // header's size) goes out from the store's buffer.
+    proto::cxx::encode_lookup_response_head(m_out.bytes(), header.id, answer->outcome,
+                                            answer->manifest.bytes(), answer->result.size());
+    if (!answer->result.empty()) {
+        m_out.append_blob(std::move(answer->result));
+    }
     co_return true;
 }
 

@@ -34,6 +34,8 @@ std::string_view op_name(Op op) {
         return "DUMP";
     case Op::restore:
         return "RESTORE";
+    case Op::cxx_lookup:
+        return "CXX_LOOKUP";
     case Op::bundle_begin:
         return "BUNDLE_BEGIN";
     case Op::bundle_end:
@@ -91,6 +93,7 @@ bool is_known_op(std::uint8_t op) {
     case Op::scan:
     case Op::dump:
     case Op::restore:
+    case Op::cxx_lookup:
     case Op::bundle_begin:
     case Op::bundle_end:
         return true;
@@ -120,6 +123,8 @@ std::uint64_t max_request_body(Op op, const Limits& limits) {
         return k_max_ping;
     case Op::hash_files:
         return k_max_hash_files_body;
+    case Op::cxx_lookup:
+        return k_max_cxx_lookup_body;
     default:
         return k_max_small_body;
     }

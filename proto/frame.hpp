@@ -27,6 +27,7 @@ inline constexpr std::size_t k_max_ping = 64u << 10;
 inline constexpr std::size_t k_max_small_body = 4096;
 inline constexpr std::uint32_t k_max_list_limit = 10'000;
 inline constexpr std::size_t k_max_hash_files_body = 1u << 20;
+inline constexpr std::size_t k_max_cxx_lookup_body = 72u << 10;
 inline constexpr std::size_t k_max_scan_namespaces = 64;
 // ns:str8 + key:str16 + ttl:u64 + bundle token:u64, at their largest (and
 // RESTORE's ns:str8 + key:str16 + created_ms:u64 + expires_ms:u64).
@@ -46,6 +47,7 @@ enum class Op : std::uint8_t {
     scan = 0x0B,
     dump = 0x0C,
     restore = 0x0D,
+    cxx_lookup = 0x0E,
     bundle_begin = 0x20,
     bundle_end = 0x21,
 };
@@ -71,6 +73,7 @@ namespace capability {
 inline constexpr std::uint32_t ttl = 1u << 0;
 inline constexpr std::uint32_t bundle = 1u << 1;
 inline constexpr std::uint32_t hash_files = 1u << 2;
+inline constexpr std::uint32_t cxx_lookup = 1u << 3;
 } // namespace capability
 
 namespace put_flag {

@@ -362,6 +362,9 @@ PathRewriter::PathRewriter(std::vector<Rule> rules) {
     std::stable_sort(m_rules.begin(), m_rules.end(), [](const Rule& a, const Rule& b) {
         return a.directory.size() > b.directory.size();
     });
+    for (const auto& rule : m_rules) {
+        m_expansions.push_back({rule.placeholder, rule.directory});
+    }
 }
 
 std::string PathRewriter::rewrite(std::string_view text) const {
@@ -388,15 +391,7 @@ std::string PathRewriter::rewrite(std::string_view text) const {
 }
 
 std::string PathRewriter::expand(std::string_view text) const {
-    std::string out(text);
-    for (const auto& rule : m_rules) {
-        std::size_t at = 0;
-        while ((at = out.find(rule.placeholder, at)) != std::string::npos) {
-            out.replace(at, rule.placeholder.size(), rule.directory);
-            at += rule.directory.size();
-        }
-    }
-    return out;
+    return proto::cxx::expand_placeholders(text, m_expansions);
 }
 
 std::string absolute_path(std::string_view path, std::string_view cwd) {

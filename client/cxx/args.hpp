@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proto/cxx_manifest.hpp"
+
 namespace pt2cache::client::cxx {
 
 enum class Kind { shared_object, object, precompiled_header };
@@ -70,12 +72,16 @@ public:
     std::string expand(std::string_view text) const;
 
     const std::vector<Rule>& rules() const { return m_rules; }
+    // The rules as `expand` applies them (the daemon's CXX_LOOKUP expands the
+    // same way).
+    const std::vector<proto::cxx::PlaceholderRule>& expansions() const { return m_expansions; }
 
 private:
     std::vector<Rule> m_rules;
+    std::vector<proto::cxx::PlaceholderRule> m_expansions;
 };
 
-inline constexpr std::string_view k_placeholder_mark = "@PT2_";
+using proto::cxx::k_placeholder_mark;
 
 // The rewriter for an invocation: SRCDIR, OUTDIR, CACHEDIR
 // (TORCHINDUCTOR_CACHE_DIR) and TMPDIR ($TMPDIR, else /tmp). `cwd` makes

@@ -9,8 +9,8 @@
 
 #include "proto/bytes.hpp"
 #include "proto/cxx_value.hpp"
+#include "proto/hex.hpp"
 
-#include <xxhash.h>
 #include <zstd.h>
 
 namespace pt2cache::client::cxx {
@@ -21,18 +21,6 @@ namespace {
 
 constexpr int k_zstd_level = 1;
 constexpr std::size_t k_write_chunk = 1u << 20;
-
-XXH3_state_t* state_of(void* state) {
-    return static_cast<XXH3_state_t*>(state);
-}
-
-Digest canonical(XXH128_hash_t hash) {
-    XXH128_canonical_t canonical;
-    XXH128_canonicalFromHash(&canonical, hash);
-    Digest out;
-    std::memcpy(out.data(), canonical.digest, out.size());
-    return out;
-}
 
 struct ZstdCStream {
     ZSTD_CCtx* ctx = ZSTD_createCCtx();
@@ -61,138 +49,8 @@ bool write_fd(int fd, const char* data, std::size_t size) {
 
 } // namespace
 
-Digest digest_of(std::span<const std::byte> bytes) {
-    return canonical(XXH3_128bits(bytes.data(), bytes.size()));
-}
-
 std::string hex(std::span<const std::byte> bytes) {
-    static constexpr char k_digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(bytes.size() * 2);
-    for (const auto b : bytes) {
-        const auto v = std::to_integer<unsigned>(b);
-        out += k_digits[v >> 4];
-        out += k_digits[v & 15];
-    }
-    return out;
-}
-
-KeyHasher::KeyHasher()
-    : m_state(XXH3_createState()) {
-    XXH3_128bits_reset(state_of(m_state));
-}
-
-KeyHasher::~KeyHasher() {
-    XXH3_freeState(state_of(m_state));
-}
-
-void KeyHasher::field(std::string_view name, std::string_view value) {
-    field(name, proto::as_bytes(value));
-}
-
-void KeyHasher::field(std::string_view name, std::span<const std::byte> value) {
-    XXH3_128bits_update(state_of(m_state), name.data(), name.size());
-    const char nul = '\0';
-    XXH3_128bits_update(state_of(m_state), &nul, 1);
-    const std::uint64_t length = value.size();
-    XXH3_128bits_update(state_of(m_state), &length, sizeof length);
-    XXH3_128bits_update(state_of(m_state), value.data(), value.size());
-}
-
-std::string KeyHasher::hex_digest() const {
-    const auto digest = canonical(XXH3_128bits_digest(state_of(m_state)));
-    return hex(digest);
-}
-
-// <manifest> ::= "PCXM" <version:u8=1> <reserved:u8[3]> <count:u32> <variant>{count} <checksum:16>
-// <variant>  ::= <inputs:u32> <input>{inputs}
-// <input>    ::= <path:str16> <status:u8> <size:u64> <hash:u8[16]>
-std::vector<std::byte> Manifest::encode() const {
-    std::vector<std::byte> out;
-    proto::ByteWriter writer(out);
-    writer.bytes(wire::k_manifest_magic)
-        .integer(wire::k_format_version)
-        .integer(std::uint8_t{0})
-        .integer(std::uint16_t{0})
-        .integer(static_cast<std::uint32_t>(variants.size()));
-    for (const auto& variant : variants) {
-        writer.integer(static_cast<std::uint32_t>(variant.size()));
-        for (const auto& input : variant) {
-            writer.str16(input.path)
-                .integer(static_cast<std::uint8_t>(input.status))
-                .integer(input.size)
-                .bytes(input.hash);
-        }
-    }
-    const auto checksum = digest_of(out);
-    writer.bytes(checksum);
-    return out;
-}
-
-std::optional<Manifest> Manifest::decode(std::span<const std::byte> value) {
-    if (value.size() < 12 + wire::k_checksum_size) {
-        return std::nullopt;
-    }
-    const auto body = value.first(value.size() - wire::k_checksum_size);
-    const auto checksum = digest_of(body);
-    if (!std::equal(checksum.begin(), checksum.end(), value.end() - wire::k_checksum_size)) {
-        return std::nullopt;
-    }
-    proto::ByteReader reader(body);
-    const auto magic = reader.bytes(4);
-    const auto version = reader.integer<std::uint8_t>();
-    reader.integer<std::uint8_t>();
-    reader.integer<std::uint16_t>();
-    const auto count = reader.integer<std::uint32_t>();
-    if (!reader.ok() || !std::equal(magic.begin(), magic.end(), wire::k_manifest_magic.begin()) ||
-        version != wire::k_format_version || count > k_max_variants) {
-        return std::nullopt;
-    }
-    Manifest manifest;
-    for (std::uint32_t v = 0; v < count; ++v) {
-        const auto inputs = reader.integer<std::uint32_t>();
-        // Each input takes at least 27 bytes: reject counts the body cannot hold.
-        if (!reader.ok() || inputs > reader.remaining() / 27) {
-            return std::nullopt;
-        }
-        Variant variant(inputs);
-        for (auto& input : variant) {
-            input.path = std::string(reader.str16());
-            const auto status = reader.integer<std::uint8_t>();
-            input.size = reader.integer<std::uint64_t>();
-            const auto hash = reader.bytes(input.hash.size());
-            if (!reader.ok() || status > static_cast<std::uint8_t>(FileStatus::skipped)) {
-                return std::nullopt;
-            }
-            input.status = static_cast<FileStatus>(status);
-            std::copy(hash.begin(), hash.end(), input.hash.begin());
-        }
-        manifest.variants.push_back(std::move(variant));
-    }
-    if (!reader.at_end()) {
-        return std::nullopt;
-    }
-    return manifest;
-}
-
-void Manifest::add(Variant variant) {
-    std::erase(variants, variant);
-    variants.insert(variants.begin(), std::move(variant));
-    if (variants.size() > k_max_variants) {
-        variants.resize(k_max_variants);
-    }
-}
-
-std::string result_key(std::string_view common_key, const Variant& variant) {
-    KeyHasher hasher;
-    hasher.field("common", common_key);
-    for (const auto& input : variant) {
-        hasher.field("path", input.path);
-        const auto status = static_cast<char>(input.status);
-        hasher.field("status", std::string_view(&status, 1));
-        hasher.field("hash", input.hash);
-    }
-    return std::string(wire::k_result_prefix) + hasher.hex_digest();
+    return proto::to_hex(proto::as_text(bytes));
 }
 
 std::vector<std::byte> encode_result(const BuildRecord& record, std::span<const std::byte> output) {

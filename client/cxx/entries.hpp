@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 //
 // What pt2cache-cxx stores in namespace `cxx` (docs/cxx.md, "Stored values"):
-// manifests (the inputs each recorded build read) and build results (the
-// output file, stdout, stderr and build time, zstd-compressed, checksummed).
+// build results (the output file, stdout, stderr and build time,
+// zstd-compressed, checksummed); manifests are in proto/cxx_manifest.hpp.
 #pragma once
 
 #include <array>
@@ -14,63 +14,26 @@
 #include <string_view>
 #include <vector>
 
-#include "client/client.hpp"
+#include "proto/cxx_manifest.hpp"
 
 #include <tl/expected.hpp>
 
 namespace pt2cache::client::cxx {
 
-using Digest = std::array<std::byte, 16>;
+// The manifest types and key derivation are shared with the daemon's
+// CXX_LOOKUP (proto/cxx_manifest.hpp); the launcher works with the proto
+// file-hash types throughout.
+using proto::FileHash;
+using proto::FileStatus;
+using proto::cxx::Digest;
+using proto::cxx::digest_of;
+using proto::cxx::InputRecord;
+using proto::cxx::KeyHasher;
+using proto::cxx::Manifest;
+using proto::cxx::result_key;
+using proto::cxx::Variant;
 
-// XXH3-128 of `bytes`, canonical byte order.
-Digest digest_of(std::span<const std::byte> bytes);
 std::string hex(std::span<const std::byte> bytes);
-
-// Builds a key from named fields: XXH3-128 over "<name>\0<length:u64><bytes>"
-// for each field in order.
-class KeyHasher {
-public:
-    KeyHasher();
-    ~KeyHasher();
-    KeyHasher(const KeyHasher&) = delete;
-    KeyHasher& operator=(const KeyHasher&) = delete;
-
-    void field(std::string_view name, std::string_view value);
-    void field(std::string_view name, std::span<const std::byte> value);
-    std::string hex_digest() const;
-
-private:
-    void* m_state;
-};
-
-// One file a build read, as recorded in a manifest: its path with machine
-// directories rewritten to placeholders, and what HASH_FILES answered.
-struct InputRecord {
-    std::string path;
-    FileStatus status = FileStatus::not_found;
-    std::uint64_t size = 0;
-    Digest hash{};
-
-    friend bool operator==(const InputRecord&, const InputRecord&) = default;
-};
-
-using Variant = std::vector<InputRecord>;
-
-struct Manifest {
-    static constexpr std::size_t k_max_variants = 16;
-    std::vector<Variant> variants; // most recent first
-
-    std::vector<std::byte> encode() const;
-    // nullopt: not a manifest, or a corrupt one (bad checksum or grammar).
-    static std::optional<Manifest> decode(std::span<const std::byte> value);
-
-    // Puts `variant` first (dropping an equal older one), keeping at most
-    // k_max_variants.
-    void add(Variant variant);
-};
-
-// The result key of `variant` under the common key.
-std::string result_key(std::string_view common_key, const Variant& variant);
 
 struct BuildRecord {
     std::uint64_t build_ms = 0;

@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
-#include <unordered_map>
 
 #include "proto/bytes.hpp"
+#include "proto/cxx_lookup.hpp"
 #include "proto/cxx_value.hpp"
 #include "proto/frame.hpp"
 #include "proto/hash_files.hpp"
@@ -283,8 +283,10 @@ std::vector<FileHash> Launcher::hash_files(const std::vector<std::string>& paths
                 break;
             }
             for (std::size_t i = 0; i < chunk.size(); ++i) {
-                if ((*answered)[i].status != FileStatus::skipped) {
-                    hashes[from + i] = (*answered)[i];
+                const auto& answer = (*answered)[i];
+                if (answer.status != client::FileStatus::skipped) {
+                    hashes[from + i] = {static_cast<FileStatus>(answer.status), answer.size,
+                                        answer.hash};
                     done[from + i] = true;
                 }
             }
@@ -335,9 +337,58 @@ bool Launcher::install(std::span<const std::byte> value) {
     return true;
 }
 
+std::optional<bool> Launcher::lookup_in_daemon() {
+    std::vector<CxxRule> rules;
+    for (const auto& rule : m_rewriter.expansions()) {
+        rules.push_back({rule.placeholder, rule.directory});
+    }
+    const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
+    auto answer = m_client.cxx_lookup(m_common_key, rules);
+    if (!answer) {
+        if (answer.error().kind == ErrorKind::server) {
+            log("CXX_LOOKUP refused: " + answer.error().message);
+            return std::nullopt;
+        }
+        m_daemon_ok = false;
+        log("daemon unavailable: " + answer.error().message);
+        return false;
+    }
+    if (answer->outcome == CxxOutcome::no_manifest) {
+        log("miss: no manifest " + manifest_key);
+        return false;
+    }
+    auto manifest = Manifest::decode(answer->manifest());
+    if (!manifest) {
+        log("corrupt manifest " + manifest_key);
+        return false;
+    }
+    m_manifest = std::move(*manifest);
+    switch (answer->outcome) {
+    case CxxOutcome::hit:
+        if (install(answer->result())) {
+            log("hit (CXX_LOOKUP) under " + manifest_key);
+            return true;
+        }
+        return false;
+    case CxxOutcome::undecided:
+        log("CXX_LOOKUP undecided: matching here");
+        return match_manifest();
+    case CxxOutcome::no_match:
+    case CxxOutcome::no_manifest:
+        break;
+    }
+    log("miss: no manifest variant matches the inputs");
+    return false;
+}
+
 bool Launcher::lookup() {
     if (!m_daemon_ok) {
         return false;
+    }
+    if ((m_client.capabilities() & proto::capability::cxx_lookup) != 0) {
+        if (const auto decided = lookup_in_daemon()) {
+            return *decided;
+        }
     }
     const auto manifest_key = std::string(wire::k_manifest_prefix) + m_common_key;
     auto found = m_client.get(wire::k_namespace, manifest_key);
@@ -350,38 +401,29 @@ bool Launcher::lookup() {
         log("miss: no manifest " + manifest_key);
         return false;
     }
-    const auto manifest = Manifest::decode(**found);
+    auto manifest = Manifest::decode(**found);
     if (!manifest) {
         log("corrupt manifest " + manifest_key);
         return false;
     }
-    m_manifest = *manifest;
+    m_manifest = std::move(*manifest);
+    return match_manifest();
+}
+
+bool Launcher::match_manifest() {
     // Hash every path any variant names, once.
+    const auto names = proto::cxx::manifest_paths(m_manifest);
     std::vector<std::string> paths;
-    std::vector<std::size_t> index_of_path;
-    std::unordered_map<std::string, std::size_t> seen;
-    for (const auto& variant : manifest->variants) {
-        for (const auto& input : variant) {
-            if (seen.emplace(input.path, paths.size()).second) {
-                paths.push_back(m_rewriter.expand(input.path));
-            }
-        }
+    paths.reserve(names.paths.size());
+    for (const auto path : names.paths) {
+        paths.push_back(m_rewriter.expand(path));
     }
     const auto hashes = hash_files(paths);
-    for (const auto& variant : manifest->variants) {
-        bool match = true;
-        for (const auto& input : variant) {
-            const auto& now = hashes[seen[input.path]];
-            if (now.status != input.status ||
-                (input.status == FileStatus::ok && now.hash != input.hash)) {
-                match = false;
-                break;
-            }
-        }
-        if (!match) {
+    for (std::size_t v = 0; v < m_manifest.variants.size(); ++v) {
+        if (!proto::cxx::variant_matches(m_manifest, names, v, hashes)) {
             continue;
         }
-        const auto key = result_key(m_common_key, variant);
+        const auto key = result_key(m_common_key, m_manifest.variants[v]);
         auto value = m_client.get(wire::k_namespace, key);
         if (!value) {
             m_daemon_ok = false;

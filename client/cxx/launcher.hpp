@@ -72,7 +72,15 @@ private:
     // (m_why says why).
     bool prepare();
     std::optional<CompilerFacts> compiler_facts();
+    // Looks the build up (CXX_LOOKUP, or the manifest GET where the daemon
+    // lacks it); true when the output was installed from a hit.
     bool lookup();
+    // CXX_LOOKUP: whether it hit, or nullopt when the daemon refused the
+    // request (then the manifest is read with GET).
+    std::optional<bool> lookup_in_daemon();
+    // Matches m_manifest against the inputs' current hashes and installs the
+    // first matching variant's stored result.
+    bool match_manifest();
     // Writes the output of a stored result and replays its stdout and stderr.
     bool install(std::span<const std::byte> value);
     [[noreturn]] void build_and_store();

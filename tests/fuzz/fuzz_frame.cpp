@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "proto/cxx_lookup.hpp"
 #include "proto/export_messages.hpp"
 #include "proto/frame.hpp"
 #include "proto/hash_files.hpp"
@@ -165,6 +166,15 @@ void check_request_body(const Header& header, Bytes body, const Limits& limits) 
             check_error(paths.error());
         }
         break;
+    case Op::cxx_lookup:
+        if (auto request = cxx::parse_lookup(body)) {
+            FUZZ_CHECK(!cxx::lookup_request_error(*request));
+            cxx::encode_lookup(out, header.id, *request);
+            FUZZ_CHECK(same(body_of(out), body));
+        } else {
+            check_error(request.error());
+        }
+        break;
     case Op::stats:
         encode_stats(out, header.id);
         FUZZ_CHECK(same(body_of(out), body) == body.empty());
@@ -208,6 +218,14 @@ void check_response_body(const Header& header, Bytes body) {
         encode_dump_response_head(out, header.id, dump->created_ms, dump->expires_ms,
                                   dump->value.size());
         out.insert(out.end(), dump->value.begin(), dump->value.end());
+        FUZZ_CHECK(same(body_of(out), body));
+        out.clear();
+    }
+    if (auto lookup = cxx::parse_lookup_response(body)) {
+        FUZZ_CHECK(lookup->outcome == cxx::LookupOutcome::hit || lookup->result.empty());
+        cxx::encode_lookup_response_head(out, header.id, lookup->outcome, lookup->manifest,
+                                         lookup->result.size());
+        out.insert(out.end(), lookup->result.begin(), lookup->result.end());
         FUZZ_CHECK(same(body_of(out), body));
         out.clear();
     }

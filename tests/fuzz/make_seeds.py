@@ -85,6 +85,9 @@ frames = {
                            struct.pack("<QQ", 3, 4)),
     "error-response": frame("get", str16(b"malformed GET body")),
     "bundle-begin-response": frame("bundle_begin", struct.pack("<QBIQ", 9, 1, 2, 3)),
+    "cxx-lookup": frame(0x0E, str16(b"0" * 32) + struct.pack("<B", 2) + str8(b"@PT2_SRCDIR@") +
+                        str16(b"/work/src") + str8(b"@PT2_TMPDIR@") + str16(b"/tmp")),
+    "cxx-lookup-response": frame(0x0E, struct.pack("<BI", 2, 4) + b"PCXM" + b"result bytes"),
     "bad-magic": b"GET / HTTP/1.1\r\n\r\n",
     "unknown-op": frame(0x7f),
     "too-long": b"\xf2\x50" + struct.pack("<BBII", 3, 0, 1, 0xFFFFFFFF),
@@ -230,6 +233,33 @@ write("redis_url", {
     "bad-port": "redis://h:99999",
     "bad-percent": "redis://u:p%4@h",
     "unix-host": "unix://host/path",
+})
+
+# ---- pt2cache-cxx manifests without their checksum (docs/cxx.md) ----
+
+
+def manifest_input(path, status=0, size=3, fill=b"a"):
+    return str16(path) + struct.pack("<BQ", status, size) + fill * 16
+
+
+def manifest(variants, version=1):
+    out = b"PCXM" + struct.pack("<B3xI", version, len(variants))
+    for variant in variants:
+        out += struct.pack("<I", len(variant)) + b"".join(variant)
+    return out
+
+
+_variant = [manifest_input(b"@PT2_SRCDIR@/k.cpp"), manifest_input(b"/usr/include/cmath", 0, 9),
+            manifest_input(b"@PT2_SRCDIR@/k.cpp.gch", 1, 0, b"\0")]
+write("cxx_manifest", {
+    "one": manifest([_variant]),
+    "two-shared-paths": manifest([_variant, _variant[:2]]),
+    "empty": manifest([]),
+    "empty-variant": manifest([[]]),
+    "bad-status": manifest([[manifest_input(b"/x", 9)]]),
+    "too-many": manifest([[manifest_input(b"/x")]] * 17),
+    "bad-version": manifest([_variant], version=2),
+    "truncated": manifest([_variant])[:-7],
 })
 
 # ---- archives (docs/archive.md) ----

@@ -179,7 +179,7 @@ def test_many_oversized_claims_do_not_grow_memory(case):
 # ------------------------------------------------------------ framing errors
 
 
-@pytest.mark.parametrize("op", [0x00, 0x0E, 0x1F, 0x22, 0x7F, 0xFF])
+@pytest.mark.parametrize("op", [0x00, 0x0F, 0x1F, 0x22, 0x7F, 0xFF])
 def test_unknown_opcode(case, op):
     conn = case.greeted()
     conn.send(frame(op, b"", rid=81))
@@ -447,7 +447,7 @@ def test_hello_response_fields(case):
     server_name = body[17:17 + name_len]
     assert len(body) == 17 + name_len
     assert (version, max_value, max_key) == (1, MAX_VALUE, 1024)
-    assert caps == 7, "TTL, BUNDLE and HASH_FILES are offered: the answer is the intersection"
+    assert caps == 15, "TTL, BUNDLE, HASH_FILES and CXX_LOOKUP are offered: the intersection"
     assert server_name.startswith(b"pt2cached ")
     conn.close()
 

@@ -40,6 +40,18 @@ def test_pass_through_is_byte_identical(daemon, tmp_root):
     assert counters(daemon).get("lookups", 0) == 0
 
 
+def test_launcher_loads_no_shared_library_but_libc():
+    """The launcher starts on every compile: libstdc++, fmt, zstd and xxHash are
+    linked in, so the dynamic loader maps libc alone (and names itself) (docs/cxx.md, "Benchmark")."""
+    dynamic = subprocess.run(["readelf", "-d", LAUNCHER], capture_output=True, check=True,
+                             timeout=30).stdout.decode()
+    needed = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines()
+              if "(NEEDED)" in line]
+    # The loader itself may be named (static libstdc++ uses its __tls_get_addr).
+    assert "libc.so.6" in needed and all(name == "libc.so.6" or name.startswith("ld-linux")
+                                         for name in needed), needed
+
+
 def test_object_hit_is_byte_identical_to_the_compiler(daemon, tmp_root):
     env = launcher_env(daemon, tmp_root / "t")
     write(tmp_root / "kernel.h", KERNEL_H)

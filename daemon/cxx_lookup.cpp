@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+#include "daemon/cxx_lookup.hpp"
+
+#include <string>
+#include <vector>
+
+#include "daemon/context.hpp"
+#include "daemon/fetch.hpp"
+#include "daemon/file_hashes.hpp"
+#include "daemon/offload.hpp"
+#include "proto/cxx_manifest.hpp"
+#include "proto/cxx_value.hpp"
+
+namespace pt2cache::daemon {
+
+namespace {
+
+namespace cxx = proto::cxx;
+using cxx::LookupOutcome;
+
+// What the daemon can hash: an absolute path within the HASH_FILES limits.
+bool hashable(std::string_view path) {
+    return !path.empty() && path.front() == '/' && path.size() <= proto::k_max_hash_path &&
+           path.find('\0') == std::string_view::npos;
+}
+
+proto::Error storage_error(const store::StoreError& error) {
+    return {proto::Status::storage_error, error.message};
+}
+
+} // namespace
+
+awaitable<tl::expected<CxxLookupAnswer, proto::Error>>
+serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier) {
+    auto request = cxx::parse_lookup(body);
+    if (!request) {
+        co_return tl::unexpected(request.error());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + k_hash_request_budget;
+    const std::string manifest_key = std::string(cxx::k_manifest_prefix) + request->common_key;
+    auto found = co_await fetch(context, cxx::k_namespace, manifest_key, hit_tier);
+    if (!found) {
+        co_return tl::unexpected(storage_error(found.error()));
+    }
+    context.compile.on_get(cxx::k_namespace, manifest_key, nullptr);
+    CxxLookupAnswer answer;
+    if (!*found) {
+        co_return answer;
+    }
+    answer.outcome = LookupOutcome::no_match;
+    answer.manifest = std::move((*found)->value);
+    const auto manifest = cxx::Manifest::decode(answer.manifest.bytes());
+    if (!manifest) {
+        co_return answer; // the launcher sees it is corrupt
+    }
+
+    // The current state of every path the variants name, expanded for this
+    // invocation.
+    const auto names = cxx::manifest_paths(*manifest);
+    std::vector<proto::FileHash> now(names.paths.size());
+    std::vector<std::string> expanded;
+    std::vector<std::size_t> slot;
+    for (std::size_t i = 0; i < names.paths.size(); ++i) {
+        auto path = cxx::expand_placeholders(names.paths[i], request->rules);
+        if (path.find(cxx::k_placeholder_mark) != std::string::npos) {
+            now[i].status = proto::FileStatus::unreadable; // a directory this invocation lacks
+            continue;
+        }
+        if (!hashable(path)) {
+            answer.outcome = LookupOutcome::undecided;
+            co_return answer;
+        }
+        expanded.push_back(std::move(path));
+        slot.push_back(i);
+    }
+    const std::vector<std::string_view> views(expanded.begin(), expanded.end());
+    auto hashes = co_await offload(*context.blocking,
+                                   [&] { return context.file_hashes.hash_all(views, deadline); });
+    for (std::size_t j = 0; j < hashes.size(); ++j) {
+        if (hashes[j].status == proto::FileStatus::skipped) {
+            answer.outcome = LookupOutcome::undecided;
+            co_return answer;
+        }
+        now[slot[j]] = hashes[j];
+    }
+
+    for (std::size_t v = 0; v < manifest->variants.size(); ++v) {
+        if (!cxx::variant_matches(*manifest, names, v, now)) {
+            continue;
+        }
+        const auto key = cxx::result_key(request->common_key, manifest->variants[v]);
+        auto result = co_await fetch(context, cxx::k_namespace, key, hit_tier);
+        if (!result) {
+            co_return tl::unexpected(storage_error(result.error()));
+        }
+        const auto bytes = *result ? (*result)->value.bytes() : std::span<const std::byte>();
+        context.compile.on_get(cxx::k_namespace, key, *result ? &bytes : nullptr);
+        if (*result) {
+            answer.outcome = LookupOutcome::hit;
+            answer.result = std::move((*result)->value);
+            co_return answer;
+        }
+    }
+    co_return answer;
+}
+
+} // namespace pt2cache::daemon

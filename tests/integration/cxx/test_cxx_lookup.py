@@ -1,0 +1,125 @@
+"""CXX_LOOKUP against the real daemon (docs/protocol.md, "Compile-cache lookup"):
+the outcomes, the result it hands over, the counters, and bad requests."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import pytest
+
+from cxx_helpers import CLI, KERNEL, KERNEL_H, counters, cxx, launcher_env, ok, run, write
+from integ_helpers import NativeClient, error_reply
+from pt2harness import STATUS, frame
+
+CXX_LOOKUP = 0x0E
+NO_MANIFEST, NO_MATCH, HIT, UNDECIDED = 0, 1, 2, 3
+
+
+def body(common_key: bytes, rules) -> bytes:
+    out = struct.pack("<H", len(common_key)) + common_key + struct.pack("<B", len(rules))
+    for placeholder, directory in rules:
+        p = placeholder if isinstance(placeholder, bytes) else placeholder.encode()
+        d = directory if isinstance(directory, bytes) else str(directory).encode()
+        out += struct.pack("<B", len(p)) + p + struct.pack("<H", len(d)) + d
+    return out
+
+
+def lookup(conn, common_key: bytes, rules):
+    status, reply = conn.request(CXX_LOOKUP, body(common_key, rules))
+    assert status == STATUS["ok"], (status, reply)
+    outcome, size = struct.unpack_from("<BI", reply, 0)
+    return outcome, reply[5:5 + size], reply[5 + size:]
+
+
+@pytest.fixture
+def built(daemon, tmp_root):
+    """A kernel built (and stored) through the launcher, and what
+    `pt2cache cxx --explain` says of it: common key, rewrites, result key."""
+    env = launcher_env(daemon, tmp_root / "t")
+    write(tmp_root / "kernel.h", KERNEL_H)
+    write(tmp_root / "k.cpp", KERNEL)
+    args = ["g++", "-c", "k.cpp", "-O1", "-o", "k.o"]
+    ok(cxx(args[1:], tmp_root, env))
+    text = ok(run([CLI, "--socket", daemon.socket, "cxx", "--explain", "--", *args], tmp_root,
+                  env)).stdout.decode()
+    common = re.search(r"^common key: ([0-9a-f]{32})$", text, re.M).group(1).encode()
+    section = text.split("path rewrites:\n", 1)[1].split("common key inputs", 1)[0]
+    rules = [(p, d) for d, p in (line.strip().split(" -> ") for line in section.splitlines())]
+    result_key = re.search(r"-> (r-[0-9a-f]{32}) \(MATCH, stored\)", text).group(1).encode()
+    return common, rules, result_key
+
+
+def test_hit_hands_over_the_stored_result(daemon, tmp_root, built):
+    common, rules, result_key = built
+    conn = NativeClient(daemon.socket)
+    before = counters(daemon)
+    outcome, manifest, result = lookup(conn, common, rules)
+    assert outcome == HIT
+    assert (STATUS["ok"], manifest) == conn.get("cxx", b"m-" + common)
+    assert (STATUS["ok"], result) == conn.get("cxx", result_key)
+    after = counters(daemon)
+    # One lookup and one hit for CXX_LOOKUP (the GETs above add a lookup and a hit).
+    assert after["lookups"] == before["lookups"] + 2 and after["hits"] == before["hits"] + 2
+
+
+def test_changed_input_or_missing_rule_is_no_match(daemon, tmp_root, built):
+    common, rules, _ = built
+    conn = NativeClient(daemon.socket)
+    # Without the rules the recorded paths keep their placeholders: nothing matches.
+    outcome, manifest, result = lookup(conn, common, [])
+    assert (outcome, result) == (NO_MATCH, b"") and manifest.startswith(b"PCXM")
+    write(tmp_root / "kernel.h", KERNEL_H + "#define MORE 1\n")
+    outcome, manifest, result = lookup(conn, common, rules)
+    assert (outcome, result) == (NO_MATCH, b"") and manifest.startswith(b"PCXM")
+    write(tmp_root / "kernel.h", KERNEL_H)
+    assert lookup(conn, common, rules)[0] == HIT
+
+
+def test_unknown_key_and_unhashable_paths(daemon, tmp_root, built):
+    common, rules, _ = built
+    conn = NativeClient(daemon.socket)
+    assert lookup(conn, b"0" * 32, rules) == (NO_MANIFEST, b"", b"")
+    # A directory so long that an expanded path passes 4,096 bytes: the daemon
+    # leaves the matching to the launcher.
+    long_rules = [(p, "/" + "d" * 4095 if p == "@PT2_SRCDIR@" else d) for p, d in rules]
+    outcome, manifest, result = lookup(conn, common, long_rules)
+    assert (outcome, result) == (UNDECIDED, b"") and manifest.startswith(b"PCXM")
+    conn.ping()
+
+
+@pytest.mark.parametrize("request_body", [
+    body(b"", []),
+    body(b"k" * 1023, []),
+    body(b"k", [("@P@", "/d")] * 17),
+    body(b"k", [("@P@", "relative")]),
+    body(b"k", [("", "/d")]),
+    body(b"k", [("@P@", b"/nul\0")]),
+    body(b"k", []) + b"x",
+    body(b"k", [("@P@", "/d")])[:-1],
+], ids=["empty-key", "long-key", "17-rules", "relative", "no-placeholder", "nul", "trailing",
+        "truncated"])
+def test_bad_requests_are_malformed(daemon, request_body):
+    conn = NativeClient(daemon.socket)
+    conn.send(frame(CXX_LOOKUP, request_body, rid=5))
+    _, status, rid, _ = error_reply(conn)
+    assert (status, rid) == (STATUS["malformed"], 5)
+    NativeClient(daemon.socket).ping()  # others are served
+
+
+def test_launcher_hit_is_one_lookup_request(daemon, tmp_root):
+    """The launcher's hit: HELLO, the compiler facts, one CXX_LOOKUP (no HASH_FILES)."""
+    env = launcher_env(daemon, tmp_root / "t", PT2CACHE_CXX_LOG="1")
+    write(tmp_root / "kernel.h", KERNEL_H)
+    write(tmp_root / "k.cpp", KERNEL)
+    args = ["-c", "k.cpp", "-O1", "-o", "k.o"]
+    ok(cxx(args, tmp_root, env))
+    built = (tmp_root / "k.o").read_bytes()
+    (tmp_root / "k.o").unlink()
+    before = daemon.stats()
+    hit = ok(cxx(args, tmp_root, env))
+    after = daemon.stats()
+    assert b"hit (CXX_LOOKUP)" in hit.stderr, hit.stderr
+    assert (tmp_root / "k.o").read_bytes() == built
+    # The second snapshot adds its own HELLO and STATS.
+    assert after["daemon"]["requests"] - before["daemon"]["requests"] == 3 + 2
