@@ -421,20 +421,27 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
         request->only_if_absent ? store::PutMode::only_if_absent : store::PutMode::overwrite;
     const auto [ns, key] = request->target;
     measure(ns, LatencyOp::put);
-    auto outcome = co_await offload(pool(), [&] {
-        auto result = store().put(ns, key, entry, mode);
-        if (token && result && *result == store::PutOutcome::stored) {
-            join_bundle(bundles(), *token, ns, key, entry.value.text());
-        }
-        return result;
-    });
-    if (!outcome) {
-        co_return fail(header, {Status::storage_error, outcome.error().message});
+    // Without a bundle to join, a put that cannot block is done right here.
+    std::optional<tl::expected<store::PutOutcome, store::StoreError>> outcome;
+    if (!token) {
+        outcome = store().put_quick(ns, key, entry, mode);
     }
-    if (*outcome == store::PutOutcome::stored) {
+    if (!outcome) {
+        outcome = co_await offload(pool(), [&] {
+            auto result = store().put(ns, key, entry, mode);
+            if (token && result && *result == store::PutOutcome::stored) {
+                join_bundle(bundles(), *token, ns, key, entry.value.text());
+            }
+            return result;
+        });
+    }
+    if (!*outcome) {
+        co_return fail(header, {Status::storage_error, outcome->error().message});
+    }
+    if (**outcome == store::PutOutcome::stored) {
         m_context.compile.on_put(ns, key);
     }
-    reply(header, *outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
+    reply(header, **outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
     co_return true;
 }
 

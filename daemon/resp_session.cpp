@@ -379,20 +379,28 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     entry.created_ms = store::now_ms();
     entry.expires_ms = ttl_ms ? entry.created_ms + ttl_ms : 0;
     auto& store = *m_context.store;
-    auto outcome = co_await offload(*m_context.blocking, [&]() {
-        using Result = tl::expected<store::PutOutcome, store::StoreError>;
-        if (xx) {
-            auto exists = store.exists(mapped->ns, mapped->key);
-            if (!exists) {
-                return Result(tl::unexpected(exists.error()));
+    const auto mode = nx ? store::PutMode::only_if_absent : store::PutMode::overwrite;
+    // A plain SET that cannot block is done right here.
+    std::optional<tl::expected<store::PutOutcome, store::StoreError>> quick;
+    if (!xx) {
+        quick = store.put_quick(mapped->ns, mapped->key, entry, mode);
+    }
+    if (!quick) {
+        quick = co_await offload(*m_context.blocking, [&]() {
+            using Result = tl::expected<store::PutOutcome, store::StoreError>;
+            if (xx) {
+                auto exists = store.exists(mapped->ns, mapped->key);
+                if (!exists) {
+                    return Result(tl::unexpected(exists.error()));
+                }
+                if (!*exists) {
+                    return Result(store::PutOutcome::not_stored);
+                }
             }
-            if (!*exists) {
-                return Result(store::PutOutcome::not_stored);
-            }
-        }
-        return store.put(mapped->ns, mapped->key, entry,
-                         nx ? store::PutMode::only_if_absent : store::PutMode::overwrite);
-    });
+            return store.put(mapped->ns, mapped->key, entry, mode);
+        });
+    }
+    auto& outcome = *quick;
     if (!outcome) {
         m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
                          store::RequestResult::error);

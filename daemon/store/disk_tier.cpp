@@ -299,6 +299,32 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
     return write_entry(ns, id, id.hex(), encoded);
 }
 
+std::optional<tl::expected<void, StoreError>>
+DiskTier::try_put(std::string_view ns, std::string_view key, const Entry& entry) {
+    // Only what needs no compression and no waiting: anything else is put().
+    if (!m_writer || !is_valid_namespace(ns) || key.size() > k_entry_max_key_size ||
+        entry.value.size() >= m_options.compress_threshold) {
+        return std::nullopt;
+    }
+    std::shared_ptr<const PendingWrite> write = pending_write(ns, key, entry_hash(ns, key), entry);
+    if (!m_writer->try_push(write)) {
+        return std::nullopt;
+    }
+    return tl::expected<void, StoreError>();
+}
+
+std::shared_ptr<PendingWrite> DiskTier::pending_write(std::string_view ns, std::string_view key,
+                                                      const Hash128& id, const Entry& entry) const {
+    auto write = std::make_shared<PendingWrite>();
+    write->ns = ns;
+    write->key = key;
+    write->id = id;
+    write->entry = entry;
+    write->encoded =
+        encode_parts(ns, key, write->entry, m_options.compress_threshold, m_options.compress_level);
+    return write;
+}
+
 tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const Hash128& id,
                                                      const std::string& hex,
                                                      const EncodedEntry& encoded) {

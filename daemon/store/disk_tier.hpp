@@ -70,6 +70,11 @@ public:
     tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
                                        const Entry& entry) override;
     tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
+    // put() when it can finish at once, without blocking: async mode, a
+    // value below the compression threshold, and room in the write queue.
+    // nullopt (nothing done) otherwise.
+    std::optional<tl::expected<void, StoreError>> try_put(std::string_view ns, std::string_view key,
+                                                          const Entry& entry);
     tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
 
     // True when a live entry of `ns`/`key` exists. Reads only the file's
@@ -141,6 +146,9 @@ private:
     // records it in the index.
     tl::expected<void, StoreError> write_entry(std::string_view ns, const Hash128& id,
                                                const std::string& hex, const EncodedEntry& encoded);
+    // An async write of `entry`, encoded.
+    std::shared_ptr<PendingWrite> pending_write(std::string_view ns, std::string_view key,
+                                                const Hash128& id, const Entry& entry) const;
     // The writer threads' write: errors are counted and logged (throttled).
     void write_queued(const PendingWrite& write);
     // Async mode: cancels the queued writes of `ns`; how many of them had no

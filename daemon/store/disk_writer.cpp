@@ -51,14 +51,31 @@ void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
     const Hash128 id = write->id;
     const std::uint64_t size = write->bytes();
     std::unique_lock lock(m_mutex);
-    m_done.wait(lock, [&] {
-        // A queued write of the same entry is replaced: its bytes make room.
-        const auto it = m_slots.find(id);
-        const std::uint64_t freed =
-            it != m_slots.end() && it->second.queued ? it->second.queued->bytes() : 0;
-        const std::uint64_t others = m_bytes - freed;
-        return others == 0 || others + size <= m_capacity;
-    });
+    m_done.wait(lock, [&] { return fits_locked(id, size); });
+    push_locked(std::move(write));
+}
+
+bool DiskWriteQueue::try_push(std::shared_ptr<const PendingWrite>& write) {
+    assert(write);
+    std::lock_guard lock(m_mutex);
+    if (!fits_locked(write->id, write->bytes())) {
+        return false;
+    }
+    push_locked(std::move(write));
+    return true;
+}
+
+bool DiskWriteQueue::fits_locked(const Hash128& id, std::uint64_t size) const {
+    const auto it = m_slots.find(id);
+    const std::uint64_t freed =
+        it != m_slots.end() && it->second.queued ? it->second.queued->bytes() : 0;
+    const std::uint64_t others = m_bytes - freed;
+    return others == 0 || others + size <= m_capacity;
+}
+
+void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
+    const Hash128 id = write->id;
+    const std::uint64_t size = write->bytes();
     Slot& slot = m_slots[id];
     if (drop_queued_locked(slot)) {
         ++m_coalesced;

@@ -68,6 +68,9 @@ public:
 
     // Queues `write`, waiting for room first.
     void push(std::shared_ptr<const PendingWrite> write);
+    // Queues `write` if there is room now; false (nothing queued) otherwise.
+    // Never blocks on the queue's bound (for the I/O threads).
+    bool try_push(std::shared_ptr<const PendingWrite>& write);
 
     // The newest queued or in-flight write of `id`, or null.
     std::shared_ptr<const PendingWrite> find(const Hash128& id) const;
@@ -125,6 +128,12 @@ private:
     const WriteFn m_write;
     mutable std::mutex m_mutex;
     std::condition_variable m_work; // writers wait for a write
+    // Whether `size` bytes for `id` fit now (a queued write of `id` is
+    // replaced, so its bytes count as room).
+    bool fits_locked(const Hash128& id, std::uint64_t size) const;
+    // Queues `write` (it fits).
+    void push_locked(std::shared_ptr<const PendingWrite> write);
+
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;
     std::deque<Hash128> m_ready; // ids with a queued write (may hold stale ids)

@@ -295,26 +295,64 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         local_result = put_local(ns, key, entry);
     }
     if (remote) {
-        TierCounters& counters = m_stats.tier(ns, TierId::remote);
-        auto stored = m_remote->put(ns, key, entry);
-        if (stored) {
-            add(counters.puts);
-            add(counters.bytes_in, entry.value.size());
-        } else {
-            if (stored.error().failure != Failure::unavailable) {
-                add(counters.errors);
-                logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
-                              stored.error().message);
-            }
-            if (!local) {
-                return tl::make_unexpected(std::move(stored.error()));
-            }
+        auto stored = put_remote(ns, key, entry);
+        if (!stored && !local) {
+            return tl::make_unexpected(std::move(stored.error()));
         }
     }
     if (!local_result) {
         return tl::make_unexpected(std::move(local_result.error()));
     }
     return PutOutcome::stored;
+}
+
+std::optional<tl::expected<PutOutcome, StoreError>>
+Store::put_quick(std::string_view ns, std::string_view key, const Entry& entry, PutMode mode) {
+    const auto policy = m_policy.load();
+    if (mode != PutMode::overwrite || policy->force_disable || entry.created_ms == 0 ||
+        !is_local(*policy, ns) || (m_memory_on == nullptr && m_disk_on == nullptr) ||
+        entry.value.size() > policy->max_value_size) {
+        return std::nullopt;
+    }
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (m_disk_on != nullptr) {
+        // First, so that a full write queue leaves nothing done.
+        auto queued = m_disk_on->try_put(ns, key, entry);
+        if (!queued) {
+            return std::nullopt;
+        }
+        if (!*queued) {
+            add(counters.tier(TierId::disk).errors);
+            logger().warn("disk put {}/{:?} failed: {}", ns, key, queued->error().message);
+            return tl::make_unexpected(std::move(queued->error()));
+        }
+        add(counters.tier(TierId::disk).puts);
+        add(counters.tier(TierId::disk).bytes_in, entry.value.size());
+    }
+    if (m_memory_on != nullptr) {
+        m_memory_on->put(ns, key, entry);
+        add(counters.tier(TierId::memory).puts);
+        add(counters.tier(TierId::memory).bytes_in, entry.value.size());
+    }
+    if (remote_serves(*policy, ns) && !policy->remote_read_only) {
+        (void)put_remote(ns, key, entry); // counted there; the local tiers hold the entry
+    }
+    return PutOutcome::stored;
+}
+
+tl::expected<void, StoreError> Store::put_remote(std::string_view ns, std::string_view key,
+                                                 const Entry& entry) {
+    TierCounters& counters = m_stats.tier(ns, TierId::remote);
+    auto stored = m_remote->put(ns, key, entry);
+    if (stored) {
+        add(counters.puts);
+        add(counters.bytes_in, entry.value.size());
+    } else if (stored.error().failure != Failure::unavailable) {
+        add(counters.errors);
+        logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
+                      stored.error().message);
+    }
+    return stored;
 }
 
 tl::expected<bool, StoreError> Store::exists(std::string_view ns, std::string_view key) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The store: memory, disk and remote tiers chained behind one API. Plain C++,
-// thread-safe; the daemon calls it from worker threads (only `get_quick` is
-// meant for the I/O threads: it never blocks for long).
+// thread-safe; the daemon calls it from worker threads (only `get_quick` and
+// `put_quick` are meant for the I/O threads: they never block for long).
 #pragma once
 
 #include <array>
@@ -75,6 +75,15 @@ public:
     // A hit stores its tier in `*hit_tier` when given.
     std::optional<std::optional<Entry>> get_quick(std::string_view ns, std::string_view key,
                                                   LatencyTier* hit_tier = nullptr);
+
+    // What `put` would do, when it can be done without blocking: an
+    // overwrite of a local namespace with `created_ms` set, the disk tier
+    // asynchronous with room in its write queue now, and a value below the
+    // compression threshold (the remote tier only queues). Counted as `put`
+    // counts. nullopt: nothing was done; call `put` (on a worker thread).
+    // Meant for the I/O threads.
+    std::optional<tl::expected<PutOutcome, StoreError>>
+    put_quick(std::string_view ns, std::string_view key, const Entry& entry, PutMode mode);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
@@ -156,6 +165,9 @@ private:
     void count_force_disabled_get(std::string_view ns, bool local, bool remote);
     void count_force_disabled_put(std::string_view ns, bool local, bool remote);
     // Writes memory and disk; the disk's error if it fails.
+    // The remote tier's share of a put (counted, errors logged).
+    tl::expected<void, StoreError> put_remote(std::string_view ns, std::string_view key,
+                                              const Entry& entry);
     tl::expected<void, StoreError> put_local(std::string_view ns, std::string_view key,
                                              const Entry& entry);
     // The remote tier's answer for `key`, through the single flight; a hit is

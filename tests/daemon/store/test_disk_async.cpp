@@ -435,3 +435,42 @@ TEST_CASE("async disk tier reports the age of its oldest queued write", "[store]
     CHECK_FALSE(sync.async_writes());
     CHECK(tier.async_writes());
 }
+
+TEST_CASE("try_put queues only what needs no waiting and no compression", "[store][disk][async]") {
+    TempDir dir;
+    Stats stats;
+    const auto value = random_bytes(1000);
+    DiskOptions options = async_options(2500); // room for about two entries
+    options.compress_threshold = 4096;
+    DiskTier tier(dir.path(), options, stats);
+    tier.pause_writes(true);
+    auto first = tier.try_put("fx-graph", "a", make_entry(value));
+    REQUIRE(first);
+    REQUIRE(*first);
+    REQUIRE(tier.try_put("fx-graph", "b", make_entry(value)));
+    CHECK(tier.queued_writes() == 2);
+    // Full: nothing is queued and nothing waits.
+    const auto started = std::chrono::steady_clock::now();
+    CHECK_FALSE(tier.try_put("fx-graph", "c", make_entry(value)));
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+    CHECK(tier.queued_writes() == 2);
+    CHECK(value_of(tier, "fx-graph", "c") == "<miss>");
+    // Replacing a queued write needs no room.
+    CHECK(tier.try_put("fx-graph", "a", make_entry(value)));
+    // A value to compress goes through put().
+    CHECK_FALSE(tier.try_put("fx-graph", "big", make_entry(text_bytes(5000))));
+    tier.pause_writes(false);
+    tier.wait_for_writes();
+    CHECK(fs::exists(entry_path(dir.path(), "fx-graph", "a")));
+    CHECK(fs::exists(entry_path(dir.path(), "fx-graph", "b")));
+    CHECK_FALSE(fs::exists(entry_path(dir.path(), "fx-graph", "c")));
+    CHECK(get(tier, "fx-graph", "a")->value.bytes().size() == value.size());
+}
+
+TEST_CASE("try_put is for async mode only", "[store][disk][async]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    CHECK_FALSE(tier.try_put("fx-graph", "a", make_entry("v")));
+    CHECK(value_of(tier, "fx-graph", "a") == "<miss>");
+}

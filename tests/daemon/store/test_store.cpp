@@ -444,3 +444,47 @@ TEST_CASE("stats report counters per namespace and tier", "[store][stats]") {
     CHECK(json["uptime_s"].get<double>() >= 0.0);
     CHECK(tier_name(TierId::remote) == "remote");
 }
+
+TEST_CASE("store put_quick stores what needs no waiting, else defers to put", "[store][chain]") {
+    TempDir dir;
+    Stats stats;
+    DiskOptions options;
+    options.write_mode = DiskWriteMode::async;
+    options.write_queue_bytes = 2500; // room for about two 1000-byte entries
+    Store store(stats, {}, std::make_unique<MemoryTier>(1 << 20, stats),
+                std::make_unique<DiskTier>(dir.path(), options, stats), nullptr);
+    auto entry = make_entry(std::string(1000, 'q'));
+    entry.created_ms = now_ms();
+    store.disk_tier()->pause_writes(true);
+
+    const auto stored = store.put_quick("pgo", "a", entry, PutMode::overwrite);
+    REQUIRE(stored);
+    REQUIRE(*stored);
+    CHECK(**stored == PutOutcome::stored);
+    CHECK(stats.tier("pgo", TierId::memory).puts == 1);
+    CHECK(stats.tier("pgo", TierId::disk).puts == 1);
+    CHECK(stats.tier("pgo", TierId::disk).bytes_in == 1000);
+    REQUIRE(store.put_quick("pgo", "b", entry, PutMode::overwrite));
+
+    // Each of these needs put(): nothing is done.
+    CHECK_FALSE(store.put_quick("pgo", "c", entry, PutMode::overwrite)); // the queue is full
+    CHECK_FALSE(store.put_quick("pgo", "d", entry, PutMode::only_if_absent));
+    auto undated = entry;
+    undated.created_ms = 0;
+    CHECK_FALSE(store.put_quick("pgo", "e", undated, PutMode::overwrite));
+    CHECK(stats.tier("pgo", TierId::memory).puts == 2);
+    CHECK(stats.tier("pgo", TierId::disk).puts == 2);
+    CHECK_FALSE(store.memory_tier()->lookup("pgo", "c"));
+
+    store.disk_tier()->pause_writes(false);
+    store.disk_tier()->wait_for_writes();
+    const auto hit = store.get("pgo", "b");
+    REQUIRE(hit);
+    REQUIRE(*hit);
+    CHECK((*hit)->value.text() == entry.value.text());
+    REQUIRE(store.memory_tier()->clear("pgo"));
+    const auto from_disk = store.get("pgo", "a");
+    REQUIRE(from_disk);
+    REQUIRE(*from_disk);
+    CHECK((*from_disk)->value.text() == entry.value.text());
+}
