@@ -22,19 +22,35 @@ std::uint32_t DiskIndex::intern_locked(std::string_view ns) {
     return index;
 }
 
-void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t size) {
+void DiskIndex::add_total(const Node& node) {
+    m_total.fetch_add(node.size, std::memory_order_relaxed);
+    if (node.small) {
+        m_small_total.fetch_add(node.size, std::memory_order_relaxed);
+    }
+}
+
+void DiskIndex::sub_total(const Node& node) {
+    // The small part first: file_bytes() never sees it larger than the total.
+    if (node.small) {
+        m_small_total.fetch_sub(node.size, std::memory_order_relaxed);
+    }
+    m_total.fetch_sub(node.size, std::memory_order_relaxed);
+}
+
+void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t size, bool small) {
     std::lock_guard lock(m_mutex);
     if (const auto it = m_map.find(id); it != m_map.end()) {
         Node& node = *it->second;
-        m_total.fetch_sub(node.size, std::memory_order_relaxed);
-        m_total.fetch_add(size, std::memory_order_relaxed);
+        sub_total(node);
         node.size = size;
+        node.small = small;
+        add_total(node);
         m_lru.splice(m_lru.begin(), m_lru, it->second);
         return;
     }
-    m_lru.push_front(Node{id, intern_locked(ns), size});
+    m_lru.push_front(Node{id, intern_locked(ns), size, small});
     m_map.emplace(id, m_lru.begin());
-    m_total.fetch_add(size, std::memory_order_relaxed);
+    add_total(m_lru.front());
 }
 
 void DiskIndex::erase(const Hash128& id) {
@@ -46,9 +62,41 @@ void DiskIndex::erase(const Hash128& id) {
     if (it == m_map.end()) {
         return;
     }
-    m_total.fetch_sub(it->second->size, std::memory_order_relaxed);
+    sub_total(*it->second);
     m_lru.erase(it->second);
     m_map.erase(it);
+}
+
+void DiskIndex::relocate(const Hash128& id, std::uint64_t size, bool small) {
+    std::lock_guard lock(m_mutex);
+    const auto it = m_map.find(id);
+    if (it == m_map.end()) {
+        return;
+    }
+    sub_total(*it->second);
+    it->second->size = size;
+    it->second->small = small;
+    add_total(*it->second);
+}
+
+void DiskIndex::erase_small_of(std::string_view ns) {
+    std::lock_guard lock(m_mutex);
+    const auto index = m_ns_indexes.find(ns);
+    if (index == m_ns_indexes.end()) {
+        return;
+    }
+    for (auto it = m_lru.begin(); it != m_lru.end();) {
+        if (it->small && it->ns_index == index->second) {
+            if (m_scanning) {
+                m_erased_while_scanning.insert(it->id);
+            }
+            sub_total(*it);
+            m_map.erase(it->id);
+            it = m_lru.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
 std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
@@ -59,14 +107,16 @@ std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
     const Node node = m_lru.back();
     m_map.erase(node.id);
     m_lru.pop_back();
-    m_total.fetch_sub(node.size, std::memory_order_relaxed);
-    return Victim{m_ns_names[node.ns_index], node.id, node.size};
+    sub_total(node);
+    return Victim{m_ns_names[node.ns_index], node.id, node.size, node.small};
 }
 
 void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
-    // Most recent first, so appending keeps the oldest at the back.
-    std::sort(scanned.begin(), scanned.end(),
-              [](const ScannedFile& a, const ScannedFile& b) { return a.mtime_ms > b.mtime_ms; });
+    // Most recent first, so appending keeps the oldest at the back; of two
+    // records of one id the small one first, so that it is the one kept.
+    std::sort(scanned.begin(), scanned.end(), [](const ScannedFile& a, const ScannedFile& b) {
+        return a.mtime_ms != b.mtime_ms ? a.mtime_ms > b.mtime_ms : a.small > b.small;
+    });
     for (std::size_t start = 0; start < scanned.size(); start += k_merge_batch) {
         const std::size_t end = std::min(scanned.size(), start + k_merge_batch);
         std::lock_guard lock(m_mutex);
@@ -75,14 +125,23 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
             if (m_map.contains(file.id) || m_erased_while_scanning.contains(file.id)) {
                 continue;
             }
-            m_lru.push_back(Node{file.id, intern_locked(file.ns), file.size});
+            m_lru.push_back(Node{file.id, intern_locked(file.ns), file.size, file.small});
             m_map.emplace(file.id, std::prev(m_lru.end()));
-            m_total.fetch_add(file.size, std::memory_order_relaxed);
+            add_total(m_lru.back());
         }
     }
     std::lock_guard lock(m_mutex);
     m_scanning = false;
     m_erased_while_scanning = {};
+}
+
+std::optional<bool> DiskIndex::where(const Hash128& id) const {
+    std::lock_guard lock(m_mutex);
+    const auto it = m_map.find(id);
+    if (it == m_map.end()) {
+        return std::nullopt;
+    }
+    return it->second->small;
 }
 
 bool DiskIndex::contains(const Hash128& id) const {
