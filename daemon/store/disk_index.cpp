@@ -114,18 +114,37 @@ std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
 void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     // Most recent first, so appending keeps the oldest at the back; of two
     // records of one id the small one first, so that it is the one kept.
-    std::sort(scanned.begin(), scanned.end(), [](const ScannedFile& a, const ScannedFile& b) {
-        return a.mtime_ms != b.mtime_ms ? a.mtime_ms > b.mtime_ms : a.small > b.small;
+    // Sorted as (time, position) pairs: a million entries must index fast.
+    std::vector<std::pair<UnixMs, std::uint32_t>> order;
+    order.reserve(scanned.size());
+    for (std::size_t i = 0; i < scanned.size(); ++i) {
+        order.emplace_back(scanned[i].mtime_ms, static_cast<std::uint32_t>(i));
+    }
+    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        if (a.first != b.first) {
+            return a.first > b.first;
+        }
+        return scanned[a.second].small > scanned[b.second].small;
     });
-    for (std::size_t start = 0; start < scanned.size(); start += k_merge_batch) {
-        const std::size_t end = std::min(scanned.size(), start + k_merge_batch);
+    {
+        std::lock_guard lock(m_mutex);
+        m_map.reserve(m_map.size() + scanned.size());
+    }
+    std::string_view last_ns;
+    std::uint32_t last_ns_index = 0;
+    for (std::size_t start = 0; start < order.size(); start += k_merge_batch) {
+        const std::size_t end = std::min(order.size(), start + k_merge_batch);
         std::lock_guard lock(m_mutex);
         for (std::size_t i = start; i < end; ++i) {
-            const ScannedFile& file = scanned[i];
+            const ScannedFile& file = scanned[order[i].second];
             if (m_map.contains(file.id) || m_erased_while_scanning.contains(file.id)) {
                 continue;
             }
-            m_lru.push_back(Node{file.id, intern_locked(file.ns), file.size, file.small});
+            if (last_ns.empty() || file.ns != last_ns) {
+                last_ns_index = intern_locked(file.ns);
+                last_ns = file.ns;
+            }
+            m_lru.push_back(Node{file.id, last_ns_index, file.size, file.small});
             m_map.emplace(file.id, std::prev(m_lru.end()));
             add_total(m_lru.back());
         }

@@ -25,6 +25,8 @@
 
 #include <tl/expected.hpp>
 
+struct MDB_txn; // lmdb.h
+
 namespace pt2cache::daemon::store {
 
 struct SmallError {
@@ -117,8 +119,16 @@ public:
 
     const std::string& path() const { return m_path; }
 
+    struct Env; // the LMDB environment and databases (disk_small_lmdb.hpp)
+
 private:
-    struct Env;
+    // One transaction's work: returns 0, or an LMDB code that aborts it.
+    using TxnBody = std::function<int(Env&, MDB_txn*)>;
+    // Runs `body` in a transaction under the shared lock; a write transaction
+    // commits when `body` returns 0, then the usage is re-measured. Fails when
+    // the store is closed or LMDB fails; `rc_out` receives LMDB's code.
+    tl::expected<void, std::string> in_txn(bool read_only, const TxnBody& body,
+                                           int* rc_out = nullptr);
     SmallStore(std::string path, std::uint64_t map_size);
     tl::expected<void, std::string> open_env(bool& refused);
     void close_env_locked();
@@ -126,7 +136,6 @@ private:
     void refresh_usage_locked();
     // Deletes need pages too (copy-on-write): a delete that hits the map's
     // end grows the map by half and tries again (at most 4 times).
-    tl::expected<std::size_t, std::string> erase_once(std::span<const SmallKeyRef> keys, int& rc);
     void grow_map();
 
     const std::string m_path;

@@ -260,11 +260,11 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
     if (!m_small) {
         return;
     }
-    std::vector<DiskIndex::ScannedFile> found;
+    const std::size_t before = scanned.size();
     auto loaded = m_small->load_meta([&](SmallRecord&& record) {
         if (is_valid_namespace(record.ns)) {
-            found.push_back({std::move(record.ns), record.id, small_charge(record.size),
-                             record.atime_ms, true});
+            scanned.push_back({std::move(record.ns), record.id, small_charge(record.size),
+                               record.atime_ms, true});
         }
     });
     if (!loaded) {
@@ -275,10 +275,8 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
         if (auto recovered = m_small->recover(); !recovered) {
             logger().error("small-entry store {}: {}", m_small->path(), recovered.error());
         }
-        return;
+        scanned.resize(before);
     }
-    scanned.insert(scanned.end(), std::make_move_iterator(found.begin()),
-                   std::make_move_iterator(found.end()));
 }
 
 void DiskTier::migrate(const std::vector<std::pair<std::string, Hash128>>& files) {
