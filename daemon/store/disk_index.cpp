@@ -137,7 +137,11 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
         std::lock_guard lock(m_mutex);
         for (std::size_t i = start; i < end; ++i) {
             const ScannedFile& file = scanned[order[i].second];
-            if (m_map.contains(file.id) || m_erased_while_scanning.contains(file.id)) {
+            if (!m_erased_while_scanning.empty() && m_erased_while_scanning.contains(file.id)) {
+                continue;
+            }
+            const auto [it, added] = m_map.try_emplace(file.id, m_lru.end());
+            if (!added) {
                 continue;
             }
             if (last_ns.empty() || file.ns != last_ns) {
@@ -145,7 +149,7 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
                 last_ns = file.ns;
             }
             m_lru.push_back(Node{file.id, last_ns_index, file.size, file.small});
-            m_map.emplace(file.id, std::prev(m_lru.end()));
+            it->second = std::prev(m_lru.end());
             add_total(m_lru.back());
         }
     }

@@ -64,6 +64,17 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
     return {};
 }
 
+std::size_t SmallStore::size() {
+    std::size_t entries = 0;
+    (void)in_txn(true, [&](Env& env, MDB_txn* txn) {
+        MDB_stat stat{};
+        const int rc = mdb_stat(txn, env.meta, &stat);
+        entries = rc == 0 ? stat.ms_entries : 0;
+        return rc;
+    });
+    return entries;
+}
+
 tl::expected<void, std::string>
 SmallStore::load_meta(const std::function<void(SmallRecord&&)>& fn) {
     return in_txn(true, [&](Env& env, MDB_txn* txn) {

@@ -70,6 +70,9 @@ public:
     static tl::expected<std::unique_ptr<SmallStore>, std::string>
     open(const std::string& path, std::uint64_t map_size, bool& recovered);
 
+    // How many entries are stored (from the tree's header: no walk).
+    std::size_t size();
+
     // Calls `fn` for every `meta` record, in key order. A corrupt tree fails.
     tl::expected<void, std::string> load_meta(const std::function<void(SmallRecord&&)>& fn);
 

@@ -48,12 +48,16 @@ struct DiskOptions {
     std::uint64_t small_map_size = 0; // LMDB map size; 0: max(2 × max_size, 64 MiB)
 };
 
-// Thread-safe. get/put/remove work on paths directly and are served from the
-// moment of construction; a background scan builds the size index meanwhile.
-// When the files exceed `max_size`, a background thread removes the least
-// recently used ones (last read or write; file mtimes across restarts) until
-// they fit in 90% of it. Broken files are misses, removed and counted in
-// `Stats` as `corrupt`; nothing here throws on bad data.
+// Thread-safe. get/put/remove work on paths and small.mdb directly and are
+// served from the moment of construction; a background scan builds the index
+// meanwhile (small entries from small.mdb's meta records), then migrates small
+// files into small.mdb. When the entries exceed `max_size` (as `du` counts
+// them), a background thread removes the least recently used ones of either
+// store (last read or write; file mtimes and small.mdb's access times across
+// restarts) until they fit in 90% of it, compacting small.mdb when needed.
+// Broken entries are misses, removed and counted in `Stats` as `corrupt`;
+// nothing here throws on bad data. docs/architecture.md, "Small entries in
+// LMDB", has the rules.
 //
 // With `DiskWriteMode::async`, put() encodes the entry and hands it to a
 // DiskWriteQueue; get(), exists() and remove() see queued writes, clear()
@@ -173,7 +177,8 @@ private:
     // Writes a batch of queued small entries (or one, in sync mode) in one
     // transaction; each write's file copy is removed first.
     tl::expected<void, StoreError> write_small(std::span<const PendingWrite* const> batch);
-    // Removes the small-entry copy of `id`, if any (under its stripe).
+    // Removes the small-entry copy of `id`, if any (the caller holds its
+    // stripe).
     tl::expected<void, StoreError> remove_small_copy(std::string_view ns, const Hash128& id);
     tl::expected<std::optional<Entry>, StoreError>
     load_small(std::string_view ns, std::string_view key, const Hash128& id, bool touch);

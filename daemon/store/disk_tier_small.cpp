@@ -261,6 +261,7 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
         return;
     }
     const std::size_t before = scanned.size();
+    scanned.reserve(before + m_small->size());
     auto loaded = m_small->load_meta([&](SmallRecord&& record) {
         if (is_valid_namespace(record.ns)) {
             scanned.push_back({std::move(record.ns), record.id, small_charge(record.size),
