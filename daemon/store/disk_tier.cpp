@@ -333,7 +333,7 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
         encode_parts(ns, key, entry, m_options.compress_threshold, m_options.compress_level);
     if (routes_small(write.encoded.size())) {
         const PendingWrite* const batch[] = {&write};
-        return write_small(batch);
+        return write_small(batch, false);
     }
     std::lock_guard lock(stripe(id));
     return write_entry(ns, id, id.hex(), write.encoded);
@@ -393,11 +393,7 @@ void DiskTier::write_queued(std::span<const PendingWrite* const> batch) {
         return;
     }
     if (batch.front()->small) {
-        if (const auto written = write_small(batch); !written) {
-            for (const PendingWrite* write : batch) {
-                log_write_error(write->ns, write->key, written.error());
-            }
-        }
+        write_small(batch, true); // logs and counts its own failures
         return;
     }
     for (const PendingWrite* write : batch) {

@@ -175,8 +175,11 @@ private:
     // Whether an encoded entry of `size` bytes goes to the small-entry store.
     bool routes_small(std::uint64_t size) const;
     // Writes a batch of queued small entries (or one, in sync mode) in one
-    // transaction; each write's file copy is removed first.
-    tl::expected<void, StoreError> write_small(std::span<const PendingWrite* const> batch);
+    // transaction; each write's file copy is removed first. With `report`
+    // (the writer threads) failures are logged and counted here, else the
+    // first one is returned.
+    tl::expected<void, StoreError> write_small(std::span<const PendingWrite* const> batch,
+                                               bool report);
     // Removes the small-entry copy of `id`, if any (the caller holds its
     // stripe).
     tl::expected<void, StoreError> remove_small_copy(std::string_view ns, const Hash128& id);

@@ -108,14 +108,14 @@ std::vector<std::unique_lock<std::mutex>> DiskTier::lock_stripes(std::span<const
     return locks;
 }
 
-tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrite* const> batch) {
+tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrite* const> batch,
+                                                     bool report) {
     std::vector<Hash128> ids;
     ids.reserve(batch.size());
     for (const PendingWrite* write : batch) {
         ids.push_back(write->id);
     }
     const auto locks = lock_stripes(ids);
-    const bool report = batch.size() > 1 || m_writer != nullptr; // queued: errors logged here
     std::vector<SmallWrite> writes;
     std::vector<const PendingWrite*> included;
     writes.reserve(batch.size());
