@@ -44,6 +44,7 @@ struct Config {
     int compress_level = 3;                          // 1..19
     std::string disk_write_mode = "async";           // "sync" | "async" (queued, written behind)
     std::uint64_t disk_write_queue_size = 64u << 20; // async: bytes queued before puts wait
+    std::uint64_t disk_small_entry_max = 16u << 10;  // encoded entries up to this go to small.mdb
     // [caches]: seed variables, "1" enables and any other value disables
     bool fx_graph_cache = true;        // TORCHINDUCTOR_FX_GRAPH_CACHE
     bool autograd_cache = true;        // TORCHINDUCTOR_AUTOGRAD_CACHE; needs fx_graph_cache

@@ -110,6 +110,8 @@ constexpr Field k_daemon_fields[] = {
      "Requests of any kind received (native frames and RESP commands)"},
     {"inflight_refused", "pt2cache_inflight_refused_total", "counter",
      "Requests refused: no room in daemon.max_inflight_bytes"},
+    {"small_store_recoveries", "pt2cache_small_store_recoveries_total", "counter",
+     "Unusable small.mdb files moved aside and replaced"},
     {"inflight_bytes", "pt2cache_inflight_bytes", "gauge", "Request bytes being received"},
     {"inflight_limit", "pt2cache_inflight_limit_bytes", "gauge", "daemon.max_inflight_bytes"},
 };

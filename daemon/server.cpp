@@ -323,6 +323,7 @@ void Server::reload() {
         {fresh.disk_max_size != old.disk_max_size, "disk.max_size"},
         {fresh.compress_threshold != old.compress_threshold, "disk.compress_threshold"},
         {fresh.compress_level != old.compress_level, "disk.compress_level"},
+        {fresh.disk_small_entry_max != old.disk_small_entry_max, "disk.small_entry_max"},
         {fresh.disk_write_mode != old.disk_write_mode ||
              fresh.disk_write_queue_size != old.disk_write_queue_size,
          "disk.write_mode/write_queue_size"},

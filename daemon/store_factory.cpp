@@ -182,6 +182,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.max_size = config.disk_max_size;
         options.compress_threshold = config.compress_threshold;
         options.compress_level = config.compress_level;
+        options.small_entry_max = config.disk_small_entry_max;
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
             options.write_queue_bytes = config.disk_write_queue_size;

@@ -30,4 +30,10 @@ bool remove_if_same(const std::string& path, int fd);
 
 UnixMs mtime_ms(const struct stat& info);
 
+// The space an entry file of `size` bytes is charged: whole 4 KiB blocks, as
+// `du` counts them on the usual file systems.
+inline std::uint64_t file_charge(std::uint64_t size) {
+    return (size + 4095) / 4096 * 4096;
+}
+
 } // namespace pt2cache::daemon::store

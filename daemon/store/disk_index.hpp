@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The disk tier's in-memory index: entry files in LRU order with their sizes
-// and the total, so eviction knows what to remove without walking the disk.
+// The disk tier's in-memory index: entries (files, and small entries in the
+// LMDB store) in one LRU order with the space each is charged and the totals,
+// so eviction knows what to remove without walking the disk, and a miss can
+// be answered without looking.
 #pragma once
 
 #include <atomic>
@@ -30,32 +32,50 @@ public:
         std::string ns;
         Hash128 id;
         std::uint64_t size = 0;
+        bool small = false; // in the small-entry store, not a file
     };
     struct ScannedFile {
         std::string ns;
         Hash128 id;
         std::uint64_t size = 0;
-        UnixMs mtime_ms = 0;
+        UnixMs mtime_ms = 0; // last access
+        bool small = false;
     };
 
-    // Records a file as the most recently used, with its current size.
-    void record(std::string_view ns, const Hash128& id, std::uint64_t size);
+    // Records an entry as the most recently used, with the space it is
+    // charged and the store that holds it.
+    void record(std::string_view ns, const Hash128& id, std::uint64_t size, bool small = false);
 
-    // Forgets a removed file.
+    // Forgets a removed entry.
     void erase(const Hash128& id);
+
+    // Changes the store and charge of a known entry, keeping its LRU place
+    // (migration). Nothing when unknown.
+    void relocate(const Hash128& id, std::uint64_t size, bool small);
+
+    // Forgets every small entry of `ns` (CLEAR).
+    void erase_small_of(std::string_view ns);
 
     // Removes and returns the least recently used file, if any.
     std::optional<Victim> pop_least_recent();
 
-    // Adds the startup scan's files behind everything already known (older
-    // mtime = less recently used), skipping files recorded or erased since
-    // startup: the index knows better about those.
+    // Adds the startup scan's entries behind everything already known (older
+    // mtime = less recently used), skipping entries recorded or erased since
+    // startup: the index knows better about those. An id found in both stores
+    // (a migration interrupted after its commit leaves an identical file
+    // behind) is kept once, preferably as small.
     void merge_scan(std::vector<ScannedFile> scanned);
 
     std::uint64_t total_bytes() const { return m_total.load(std::memory_order_relaxed); }
+    // The part of total_bytes() charged to small entries.
+    std::uint64_t small_bytes() const { return m_small_total.load(std::memory_order_relaxed); }
+    std::uint64_t file_bytes() const { return total_bytes() - small_bytes(); }
     std::size_t count() const;
     // Whether a file of `id` is known (recorded, or found by the scan).
     bool contains(const Hash128& id) const;
+    // Where the entry of `id` is: true in the small-entry store, false a
+    // file, nullopt unknown.
+    std::optional<bool> where(const Hash128& id) const;
     // count() plus how many of `others` the index does not hold, both under
     // one lock (an entry recorded meanwhile is counted once).
     std::size_t count_with(std::span<const Hash128> others) const;
@@ -65,6 +85,7 @@ private:
         Hash128 id;
         std::uint32_t ns_index = 0;
         std::uint64_t size = 0;
+        bool small = false;
     };
     struct HashOf {
         std::size_t operator()(const Hash128& id) const { return id.low; }
@@ -72,6 +93,8 @@ private:
     using List = std::list<Node>;
 
     std::uint32_t intern_locked(std::string_view ns);
+    void add_total(const Node& node);
+    void sub_total(const Node& node);
 
     mutable std::mutex m_mutex;
     List m_lru; // most recently used first
@@ -81,6 +104,7 @@ private:
     bool m_scanning = true;
     std::unordered_set<Hash128, HashOf> m_erased_while_scanning;
     std::atomic<std::uint64_t> m_total{0};
+    std::atomic<std::uint64_t> m_small_total{0};
 };
 
 } // namespace pt2cache::daemon::store

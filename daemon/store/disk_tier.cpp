@@ -46,12 +46,13 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
         // Created on the first put instead (which reports any lasting error).
         logger().debug("cannot create {} yet: {}", m_layout.versioned(), errno_text(made.error()));
     }
+    open_small_store();
     m_scan_thread = std::thread([this] { scan(); });
     m_evict_thread = std::thread([this] { evict_loop(); });
     if (m_options.write_mode == DiskWriteMode::async) {
         m_writer = std::make_unique<DiskWriteQueue>(
             m_options.write_queue_bytes, m_options.writer_threads,
-            [this](const PendingWrite& write) { write_queued(write); });
+            [this](std::span<const PendingWrite* const> batch) { write_queued(batch); });
     }
 }
 
@@ -70,6 +71,11 @@ DiskTier::~DiskTier() {
     if (m_evict_thread.joinable()) {
         m_evict_thread.join();
     }
+    flush_touches();
+}
+
+std::uint64_t DiskTier::size_bytes() const {
+    return m_index.file_bytes() + (m_small ? m_small->file_bytes() : 0);
 }
 
 void DiskTier::wait_for_scan() {
@@ -162,6 +168,25 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::load(std::string_view n
             return queued->entry;
         }
     }
+    // The store the index names first, then the other: an entry that moves
+    // between stores is removed from one before it is written to the other,
+    // so whatever is found is current.
+    const std::optional<bool> small_first = m_index.where(id);
+    if (m_small && small_first.value_or(true)) {
+        auto found = load_small(ns, key, id, touch);
+        if (!found || *found) {
+            return found;
+        }
+    }
+    auto from_file = load_file(ns, key, id, touch);
+    if (m_small && !small_first.value_or(true) && from_file && !*from_file) {
+        return load_small(ns, key, id, touch);
+    }
+    return from_file;
+}
+
+tl::expected<std::optional<Entry>, StoreError>
+DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id, bool touch) {
     const std::string hex = id.hex();
     const std::string path = m_layout.entry_path(ns, hex);
     auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
@@ -215,7 +240,7 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::load(std::string_view n
         // Refresh the mtime so the LRU order survives a restart. Failure only
         // costs LRU accuracy.
         ::futimens(fd->get(), nullptr);
-        m_index.record(ns, id, header->size);
+        m_index.record(ns, id, file_charge(header->size));
     }
     return std::move(decoded->entry);
 }
@@ -231,6 +256,11 @@ tl::expected<bool, StoreError> DiskTier::exists(std::string_view ns, std::string
     if (m_writer) {
         if (const auto queued = m_writer->find(id)) {
             return queued->ns == ns && queued->key == key && !queued->entry.expired(now_ms());
+        }
+    }
+    if (m_small) {
+        if (exists_small(ns, key, id)) {
+            return true;
         }
     }
     const std::string path = m_layout.entry_path(ns, id.hex());
@@ -291,12 +321,22 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
         write->entry = entry;
         write->encoded = encode_parts(ns, key, write->entry, m_options.compress_threshold,
                                       m_options.compress_level);
+        write->small = routes_small(write->encoded.size());
         m_writer->push(std::move(write));
         return {};
     }
-    const EncodedEntry encoded =
+    PendingWrite write;
+    write.ns = ns;
+    write.key = key;
+    write.id = id;
+    write.encoded =
         encode_parts(ns, key, entry, m_options.compress_threshold, m_options.compress_level);
-    return write_entry(ns, id, id.hex(), encoded);
+    if (routes_small(write.encoded.size())) {
+        const PendingWrite* const batch[] = {&write};
+        return write_small(batch, false);
+    }
+    std::lock_guard lock(stripe(id));
+    return write_entry(ns, id, id.hex(), write.encoded);
 }
 
 std::optional<tl::expected<void, StoreError>>
@@ -328,6 +368,11 @@ std::shared_ptr<PendingWrite> DiskTier::pending_write(std::string_view ns, std::
 tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const Hash128& id,
                                                      const std::string& hex,
                                                      const EncodedEntry& encoded) {
+    // One entry, one store: the small copy goes first (a crash in between
+    // loses the entry, never serves the old bytes).
+    if (auto removed = remove_small_copy(ns, id); !removed) {
+        return removed;
+    }
     const std::string final_path = m_layout.entry_path(ns, hex);
     const std::string temp_path =
         fmt::format("{}/{}", m_layout.shard_dir(ns, hex),
@@ -364,17 +409,30 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
         return tl::make_unexpected(
             io_error(fmt::format("cannot write {}: {}", final_path, errno_text(error))));
     }
-    m_index.record(ns, id, encoded.size());
+    m_index.record(ns, id, file_charge(encoded.size()));
     wake_evictor_if_needed();
     return {};
 }
 
-void DiskTier::write_queued(const PendingWrite& write) {
-    const auto written = write_entry(write.ns, write.id, write.id.hex(), write.encoded);
-    if (written) {
+void DiskTier::write_queued(std::span<const PendingWrite* const> batch) {
+    if (batch.empty()) {
         return;
     }
-    m_stats.tier(write.ns, TierId::disk).errors.fetch_add(1, std::memory_order_relaxed);
+    if (batch.front()->small) {
+        write_small(batch, true); // logs and counts its own failures
+        return;
+    }
+    for (const PendingWrite* write : batch) {
+        std::lock_guard lock(stripe(write->id));
+        const auto written = write_entry(write->ns, write->id, write->id.hex(), write->encoded);
+        if (!written) {
+            log_write_error(write->ns, write->key, written.error());
+        }
+    }
+}
+
+void DiskTier::log_write_error(std::string_view ns, std::string_view key, const StoreError& error) {
+    m_stats.tier(ns, TierId::disk).errors.fetch_add(1, std::memory_order_relaxed);
     // At most one line a second: a full disk fails every write.
     const UnixMs now = now_ms();
     UnixMs last = m_write_error_logged_ms.load(std::memory_order_relaxed);
@@ -383,8 +441,7 @@ void DiskTier::write_queued(const PendingWrite& write) {
         return;
     }
     const std::uint64_t unlogged = m_write_errors_unlogged.exchange(0, std::memory_order_relaxed);
-    logger().warn("queued disk put {}/{:?} failed: {}{}", write.ns, write.key,
-                  written.error().message,
+    logger().warn("queued disk put {}/{:?} failed: {}{}", ns, key, error.message,
                   unlogged == 0 ? std::string()
                                 : fmt::format(" ({} more failed writes not logged)", unlogged));
 }
@@ -396,7 +453,8 @@ std::uint64_t DiskTier::cancel_queued(std::string_view ns) {
     std::uint64_t without_file = 0;
     for (const Hash128& id : m_writer->cancel_namespace(ns)) {
         struct stat info {};
-        if (::lstat(m_layout.entry_path(ns, id.hex()).c_str(), &info) != 0 && errno == ENOENT) {
+        if (::lstat(m_layout.entry_path(ns, id.hex()).c_str(), &info) != 0 && errno == ENOENT &&
+            !(m_small && m_small->contains(ns, id))) {
             ++without_file;
         }
     }
@@ -413,20 +471,33 @@ tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string
     const Hash128 id = entry_hash(ns, key);
     // A queued write is dropped, one in flight finished: the unlink is final.
     const bool cancelled = m_writer && m_writer->cancel(id);
+    std::lock_guard lock(stripe(id));
+    bool removed = false;
+    if (m_small && m_small->contains(ns, id)) {
+        const SmallKeyRef keys[] = {{ns, id}};
+        auto erased = m_small->erase(keys);
+        if (!erased) {
+            return tl::make_unexpected(io_error(std::move(erased.error())));
+        }
+        removed = *erased > 0;
+    }
     const std::string path = m_layout.entry_path(ns, id.hex());
     if (::unlink(path.c_str()) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR) {
-            return cancelled;
+        if (errno != ENOENT && errno != ENOTDIR) {
+            return tl::make_unexpected(
+                io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno))));
         }
-        return tl::make_unexpected(
-            io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno))));
+    } else {
+        removed = true;
     }
-    m_index.erase(id);
-    return true;
+    if (removed) {
+        m_index.erase(id);
+    }
+    return removed || cancelled;
 }
 
 void DiskTier::wake_evictor_if_needed() {
-    if (m_index.total_bytes() <= m_options.max_size) {
+    if (size_bytes() <= m_options.max_size) {
         return;
     }
     // Taking the mutex orders this wake-up after the evictor's predicate
@@ -437,21 +508,51 @@ void DiskTier::wake_evictor_if_needed() {
 
 void DiskTier::evict_loop() {
     const std::uint64_t target = m_options.max_size / 10 * 9;
+    // What eviction can lower: the files' blocks and the small entries'
+    // estimated pages, plus what the last compaction showed the estimate
+    // misses. Deleting scattered entries frees few whole LMDB pages, so the
+    // file's own size is brought down by compaction instead.
+    const auto in_use = [this] {
+        return m_index.total_bytes() + m_small_overhead.load(std::memory_order_relaxed);
+    };
+    // After a pass that could not get under max_size (say, LMDB's fixed
+    // pages alone exceed a tiny bound), the next waits for the timeout.
+    bool stuck = false;
     std::unique_lock lock(m_mutex);
     for (;;) {
-        m_wake.wait(lock, [this] {
-            return m_stop || (scan_complete() && m_index.total_bytes() > m_options.max_size);
+        m_wake.wait_for(lock, std::chrono::seconds(1), [this, stuck] {
+            return m_stop || m_small_map_full.load(std::memory_order_relaxed) ||
+                   (!stuck && scan_complete() && size_bytes() > m_options.max_size);
         });
+        stuck = false;
         if (m_stop) {
             return;
         }
         lock.unlock();
+        flush_touches();
+        // A full LMDB map: make room for a quarter of what it holds.
+        std::uint64_t goal = target;
+        if (m_small_map_full.exchange(false) && m_small) {
+            const std::uint64_t now_used = in_use();
+            goal = std::min(goal, now_used - std::min(now_used, m_index.small_bytes() / 4));
+        } else if (!scan_complete() || size_bytes() <= m_options.max_size) {
+            lock.lock();
+            continue;
+        }
         std::uint64_t files = 0;
-        while (!m_stop_requested.load(std::memory_order_relaxed) &&
-               m_index.total_bytes() > target) {
-            const auto victim = m_index.pop_least_recent();
+        std::uint64_t small = 0;
+        std::vector<DiskIndex::Victim> small_victims;
+        while (!m_stop_requested.load(std::memory_order_relaxed) && in_use() > goal) {
+            auto victim = m_index.pop_least_recent();
             if (!victim) {
                 break;
+            }
+            if (victim->small) {
+                small_victims.push_back(std::move(*victim));
+                if (small_victims.size() >= DiskWriteQueue::k_max_batch) {
+                    small += evict_small(small_victims);
+                }
+                continue;
             }
             const std::string path = m_layout.entry_path(victim->ns, victim->id.hex());
             if (::unlink(path.c_str()) == 0) {
@@ -462,7 +563,11 @@ void DiskTier::evict_loop() {
                 logger().warn("cannot evict {}: {}", path, errno_text(errno));
             }
         }
-        logger().debug("evicted {} files, {} bytes left", files, m_index.total_bytes());
+        small += evict_small(small_victims);
+        compact_if_needed(false);
+        stuck = size_bytes() > m_options.max_size;
+        logger().debug("evicted {} files and {} small entries, {} bytes left", files, small,
+                       size_bytes());
         lock.lock();
     }
 }

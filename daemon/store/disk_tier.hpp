@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The disk tier: one self-describing file per entry (see disk_entry.hpp and
-// disk_layout.hpp), written atomically, bounded by size with LRU eviction on a
-// background thread.
+// The disk tier: self-describing entries (see disk_entry.hpp), small ones in
+// one LMDB store (disk_small_store.hpp), the others one file each
+// (disk_layout.hpp), written atomically, bounded by size with one LRU
+// eviction across both on a background thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -20,6 +23,7 @@
 
 #include "daemon/store/disk_index.hpp"
 #include "daemon/store/disk_layout.hpp"
+#include "daemon/store/disk_small_store.hpp"
 #include "daemon/store/disk_writer.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
@@ -38,14 +42,22 @@ struct DiskOptions {
     DiskWriteMode write_mode = DiskWriteMode::sync;
     std::uint64_t write_queue_bytes = 64ULL << 20; // async: put() waits while this much is queued
     unsigned writer_threads = 2;                   // async
+    // Encoded entries up to this size live in <root>/small.mdb; 0: every entry
+    // is a file (an existing small.mdb is still read, never written).
+    std::uint64_t small_entry_max = 16ULL << 10;
+    std::uint64_t small_map_size = 0; // LMDB map size; 0: max(2 × max_size, 64 MiB)
 };
 
-// Thread-safe. get/put/remove work on paths directly and are served from the
-// moment of construction; a background scan builds the size index meanwhile.
-// When the files exceed `max_size`, a background thread removes the least
-// recently used ones (last read or write; file mtimes across restarts) until
-// they fit in 90% of it. Broken files are misses, removed and counted in
-// `Stats` as `corrupt`; nothing here throws on bad data.
+// Thread-safe. get/put/remove work on paths and small.mdb directly and are
+// served from the moment of construction; a background scan builds the index
+// meanwhile (small entries from small.mdb's meta records), then migrates small
+// files into small.mdb. When the entries exceed `max_size` (as `du` counts
+// them), a background thread removes the least recently used ones of either
+// store (last read or write; file mtimes and small.mdb's access times across
+// restarts) until they fit in 90% of it, compacting small.mdb when needed.
+// Broken entries are misses, removed and counted in `Stats` as `corrupt`;
+// nothing here throws on bad data. docs/architecture.md, "Small entries in
+// LMDB", has the rules.
 //
 // With `DiskWriteMode::async`, put() encodes the entry and hands it to a
 // DiskWriteQueue; get(), exists() and remove() see queued writes, clear()
@@ -112,9 +124,18 @@ public:
     // owns the directory), no queued write holds it and the index has no
     // file for it. Never blocks on I/O; false means "ask get()".
     bool known_absent(std::string_view ns, std::string_view key) const;
-    // Bytes of the entry files the index knows (all of them once the scan is
-    // complete).
-    std::uint64_t size_bytes() const { return m_index.total_bytes(); }
+    // Space used: the allocated bytes of the entry files the index knows (all
+    // of them once the scan is complete) plus small.mdb's (what `du` counts).
+    std::uint64_t size_bytes() const;
+    // Entries in the small-entry store, as the index knows them.
+    std::uint64_t small_bytes_charged() const { return m_index.small_bytes(); }
+    // The small-entry store, if open (tests and tools).
+    SmallStore* small_store() const { return m_small.get(); }
+    // Blocks until the background migration of small files into the
+    // small-entry store has finished (tests and tools).
+    void wait_for_migration();
+    // Writes the noted access times of small entries (done once a second).
+    void flush_touches();
     std::size_t count() const { return m_index.count(); }
     // Entries, files or not yet: the index's files plus the queued writes of
     // entries that have no file yet (async mode). What DBSIZE answers.
@@ -139,6 +160,8 @@ private:
     // get (`touch`: refresh the mtime and the index) and peek.
     tl::expected<std::optional<Entry>, StoreError> load(std::string_view ns, std::string_view key,
                                                         bool touch);
+    tl::expected<std::optional<Entry>, StoreError>
+    load_file(std::string_view ns, std::string_view key, const Hash128& id, bool touch);
     void evict_loop();
     void wake_evictor_if_needed();
 
@@ -150,10 +173,40 @@ private:
     std::shared_ptr<PendingWrite> pending_write(std::string_view ns, std::string_view key,
                                                 const Hash128& id, const Entry& entry) const;
     // The writer threads' write: errors are counted and logged (throttled).
-    void write_queued(const PendingWrite& write);
+    void write_queued(std::span<const PendingWrite* const> batch);
     // Async mode: cancels the queued writes of `ns`; how many of them had no
     // file yet (`clear` counts the files itself).
     std::uint64_t cancel_queued(std::string_view ns);
+
+    // --- the small-entry store (disk_tier_small.cpp) ---
+    void open_small_store();
+    // Whether an encoded entry of `size` bytes goes to the small-entry store.
+    bool routes_small(std::uint64_t size) const;
+    // Writes a batch of queued small entries (or one, in sync mode) in one
+    // transaction; each write's file copy is removed first. With `report`
+    // (the writer threads) failures are logged and counted here, else the
+    // first one is returned.
+    tl::expected<void, StoreError> write_small(std::span<const PendingWrite* const> batch,
+                                               bool report);
+    // Removes the small-entry copy of `id`, if any (the caller holds its
+    // stripe).
+    tl::expected<void, StoreError> remove_small_copy(std::string_view ns, const Hash128& id);
+    tl::expected<std::optional<Entry>, StoreError>
+    load_small(std::string_view ns, std::string_view key, const Hash128& id, bool touch);
+    bool exists_small(std::string_view ns, std::string_view key, const Hash128& id);
+    void note_touch(std::string_view ns, const Hash128& id);
+    // Loads small.mdb's meta records for the startup scan.
+    void scan_small(std::vector<DiskIndex::ScannedFile>& scanned);
+    // Moves entry files of at most small_entry_max bytes into the store.
+    void migrate(const std::vector<std::pair<std::string, Hash128>>& files);
+    // Deletes a batch of evicted small entries; the number deleted.
+    std::uint64_t evict_small(std::vector<DiskIndex::Victim>& victims);
+    // Compacts small.mdb when its free pages push the tier over max_size.
+    void compact_if_needed(bool at_startup);
+    // The stripe locks of `ids`, taken in order.
+    std::vector<std::unique_lock<std::mutex>> lock_stripes(std::span<const Hash128> ids);
+    std::mutex& stripe(const Hash128& id) { return m_stripes[id.low % m_stripes.size()]; }
+    void log_write_error(std::string_view ns, std::string_view key, const StoreError& error);
 
     // A broken file: counted, logged and removed if `path` is still it.
     void discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id, int fd,
@@ -174,6 +227,19 @@ private:
 
     std::thread m_scan_thread;
     std::thread m_evict_thread;
+
+    // Small entries: null when disabled or unavailable (then files only).
+    std::unique_ptr<SmallStore> m_small;
+    // Puts, removes, eviction and migration of one id, serialised; always
+    // taken before an LMDB write transaction.
+    std::array<std::mutex, 64> m_stripes;
+    std::mutex m_touch_mutex;
+    std::vector<std::pair<std::string, Hash128>> m_touched; // small entries read since the flush
+    std::atomic<bool> m_migration_done{false};
+    std::atomic<bool> m_small_map_full{false}; // a write hit MDB_MAP_FULL: evict
+    // small.mdb's size after the last compaction minus the small entries'
+    // charges: what the estimate missed, charged on top of it.
+    std::atomic<std::uint64_t> m_small_overhead{0};
 
     // Async mode only; reset first by the destructor.
     std::unique_ptr<DiskWriteQueue> m_writer;

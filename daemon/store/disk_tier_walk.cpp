@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The parts of DiskTier that walk directories: the startup scan, LIST, SCAN
-// and CLEAR.
+// The parts of DiskTier that walk directories (and the small-entry store
+// beside them): the startup scan, LIST, SCAN and CLEAR.
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -73,6 +73,112 @@ std::optional<EntryFileHeader> live_header(const std::string& path, std::string_
     return std::move(*header);
 }
 
+// The header of the small entry `hex` of `ns` when it is live; its `mtime_ms`
+// is its creation time.
+std::optional<EntryFileHeader> live_small_header(SmallStore& small, std::string_view ns,
+                                                 std::string_view hex, UnixMs now) {
+    const auto id = parse_entry_name(hex);
+    if (!id) {
+        return std::nullopt;
+    }
+    const auto bytes = small.read(ns, *id);
+    if (!bytes || !*bytes) {
+        return std::nullopt;
+    }
+    auto header = decode_header(**bytes);
+    if (!header || header->file_size() != (*bytes)->size() || header->ns != ns ||
+        header->expired(now)) {
+        return std::nullopt;
+    }
+    EntryFileHeader out;
+    out.size = (*bytes)->size();
+    out.mtime_ms = header->created_ms;
+    out.header = std::move(*header);
+    return out;
+}
+
+// The entry names of one namespace after `after`, from the file tree and the
+// small-entry store, in one ascending order. A name in both is given once,
+// as small.
+class MergedNames {
+public:
+    MergedNames(const DiskLayout& layout, SmallStore* small, std::string_view ns,
+                std::string_view after)
+        : m_layout(layout)
+        , m_small(small)
+        , m_ns(ns)
+        , m_after(after)
+        , m_ns_dir(layout.ns_dir(ns))
+        , m_shards(sorted_shards(m_ns_dir)) {
+        const std::string_view first_shard =
+            after.substr(0, std::min<std::size_t>(2, after.size()));
+        while (m_shard_pos < m_shards.size() && m_shards[m_shard_pos] < first_shard) {
+            ++m_shard_pos;
+        }
+        m_small_after = parse_entry_name(after);
+    }
+
+    // The next name and whether it is a small entry.
+    std::optional<std::pair<std::string, bool>> next() {
+        fill_files();
+        fill_small();
+        const bool have_file = m_file_pos < m_files.size();
+        const bool have_small = m_small_pos < m_smalls.size();
+        if (!have_file && !have_small) {
+            return std::nullopt;
+        }
+        if (have_small && (!have_file || m_smalls[m_small_pos] <= m_files[m_file_pos])) {
+            if (have_file && m_smalls[m_small_pos] == m_files[m_file_pos]) {
+                ++m_file_pos;
+            }
+            return std::pair{m_smalls[m_small_pos++], true};
+        }
+        return std::pair{m_files[m_file_pos++], false};
+    }
+
+    std::string shard_dir_of(std::string_view name) const {
+        return fmt::format("{}/{}", m_ns_dir, name.substr(0, 2));
+    }
+
+private:
+    void fill_files() {
+        while (m_file_pos == m_files.size() && m_shard_pos < m_shards.size()) {
+            const std::string& shard = m_shards[m_shard_pos++];
+            m_files = entry_names_after(fmt::format("{}/{}", m_ns_dir, shard), shard, m_after);
+            m_file_pos = 0;
+        }
+    }
+    void fill_small() {
+        if (m_small == nullptr || m_small_pos < m_smalls.size() || m_small_done) {
+            return;
+        }
+        const auto ids = m_small->ids_after(m_ns, m_small_after, 512);
+        m_small_done = ids.size() < 512;
+        m_smalls.clear();
+        m_small_pos = 0;
+        for (const Hash128& id : ids) {
+            m_smalls.push_back(id.hex());
+        }
+        if (!ids.empty()) {
+            m_small_after = ids.back();
+        }
+    }
+
+    const DiskLayout& m_layout;
+    SmallStore* m_small;
+    std::string m_ns;
+    std::string m_after;
+    std::string m_ns_dir;
+    std::vector<std::string> m_shards;
+    std::size_t m_shard_pos = 0;
+    std::vector<std::string> m_files;
+    std::size_t m_file_pos = 0;
+    std::vector<std::string> m_smalls;
+    std::size_t m_small_pos = 0;
+    std::optional<Hash128> m_small_after;
+    bool m_small_done = false;
+};
+
 // A temporary file is left over unless its writer may still be running.
 bool is_leftover_temp(long pid) {
     if (pid <= 0) {
@@ -88,6 +194,11 @@ bool is_leftover_temp(long pid) {
 
 void DiskTier::scan() {
     std::vector<DiskIndex::ScannedFile> scanned;
+    scan_small(scanned);
+    const std::size_t small_found = scanned.size();
+    // Files small enough for the small-entry store: moved there afterwards.
+    std::vector<std::pair<std::string, Hash128>> to_migrate;
+    const bool migrating = m_small && m_options.small_entry_max > 0;
     std::uint64_t temps_removed = 0;
     std::uint64_t bytes = 0;
     auto namespaces = list_dir(m_layout.versioned());
@@ -140,11 +251,14 @@ void DiskTier::scan() {
                 }
                 const auto size = static_cast<std::uint64_t>(info.st_size);
                 bytes += size;
-                scanned.push_back({ns_entry.name, *id, size, mtime_ms(info)});
+                scanned.push_back({ns_entry.name, *id, file_charge(size), mtime_ms(info)});
+                if (migrating && size <= m_options.small_entry_max) {
+                    to_migrate.emplace_back(ns_entry.name, *id);
+                }
             }
         }
     }
-    const std::size_t found = scanned.size();
+    const std::size_t found = scanned.size() - small_found;
     m_index.merge_scan(std::move(scanned));
     {
         std::lock_guard lock(m_mutex);
@@ -152,8 +266,15 @@ void DiskTier::scan() {
     }
     m_wake.notify_all();
     logger().info("disk cache scan of {}: {} files, {} bytes, {} leftover temporary files "
-                  "removed",
-                  m_layout.root(), found, bytes, temps_removed);
+                  "removed; {} small entries",
+                  m_layout.root(), found, bytes, temps_removed, small_found);
+    compact_if_needed(true);
+    migrate(to_migrate);
+    {
+        std::lock_guard lock(m_mutex);
+        m_migration_done.store(true);
+    }
+    m_wake.notify_all();
 }
 
 tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::string_view cursor,
@@ -172,29 +293,25 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
     }
     // Read your writes: the entries queued before this call are listed.
     wait_for_writes();
-    const std::string ns_dir = m_layout.ns_dir(ns);
-    const std::string_view first_shard = cursor.substr(0, std::min<std::size_t>(2, cursor.size()));
     std::string last_examined;
     const UnixMs now = now_ms();
-    for (const std::string& shard : sorted_shards(ns_dir)) {
-        if (shard < first_shard) {
+    MergedNames names(m_layout, m_small.get(), ns, cursor);
+    while (auto name = names.next()) {
+        if (page.entries.size() == limit) {
+            // Another candidate exists: the listing goes on.
+            page.next_cursor = last_examined;
+            return page;
+        }
+        last_examined = name->first;
+        const auto header =
+            name->second
+                ? live_small_header(*m_small, ns, name->first, now)
+                : live_header(fmt::format("{}/{}", names.shard_dir_of(name->first), name->first),
+                              ns, now);
+        if (!header) {
             continue;
         }
-        const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
-        for (const std::string& name : entry_names_after(shard_dir, shard, cursor)) {
-            if (page.entries.size() == limit) {
-                // Another candidate exists: the listing goes on.
-                page.next_cursor = last_examined;
-                return page;
-            }
-            last_examined = name;
-            const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
-            if (!header) {
-                continue;
-            }
-            page.entries.push_back(
-                {header->header.key, header->header.value_size, header->mtime_ms});
-        }
+        page.entries.push_back({header->header.key, header->header.value_size, header->mtime_ms});
     }
     return page;
 }
@@ -229,6 +346,11 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
                 }
             }
         }
+        if (m_small) {
+            for (std::string& ns : m_small->namespaces()) {
+                names_of_ns.push_back(std::move(ns));
+            }
+        }
     }
     std::sort(names_of_ns.begin(), names_of_ns.end());
     names_of_ns.erase(std::unique(names_of_ns.begin(), names_of_ns.end()), names_of_ns.end());
@@ -240,29 +362,25 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
             continue;
         }
         const std::string_view after = ns == cursor_ns ? cursor_name : std::string_view();
-        const std::string_view first_shard =
-            after.substr(0, std::min<std::size_t>(2, after.size()));
-        const std::string ns_dir = m_layout.ns_dir(ns);
-        for (const std::string& shard : sorted_shards(ns_dir)) {
-            if (shard < first_shard) {
+        MergedNames names(m_layout, m_small.get(), ns, after);
+        while (auto name = names.next()) {
+            if (page.entries.size() == limit || examined == k_scan_files_per_page) {
+                // Another candidate exists: the scan goes on.
+                page.next_cursor = last_examined;
+                return page;
+            }
+            ++examined;
+            last_examined = fmt::format("{}/{}", ns, name->first);
+            const auto header =
+                name->second ? live_small_header(*m_small, ns, name->first, now)
+                             : live_header(fmt::format("{}/{}", names.shard_dir_of(name->first),
+                                                       name->first),
+                                           ns, now);
+            if (!header || header->header.created_ms < since_ms) {
                 continue;
             }
-            const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
-            for (const std::string& name : entry_names_after(shard_dir, shard, after)) {
-                if (page.entries.size() == limit || examined == k_scan_files_per_page) {
-                    // Another candidate exists: the scan goes on.
-                    page.next_cursor = last_examined;
-                    return page;
-                }
-                ++examined;
-                last_examined = fmt::format("{}/{}", ns, name);
-                const auto header = live_header(fmt::format("{}/{}", shard_dir, name), ns, now);
-                if (!header || header->header.created_ms < since_ms) {
-                    continue;
-                }
-                page.entries.push_back({ns, header->header.key, header->header.value_size,
-                                        header->header.created_ms, header->header.expires_ms});
-            }
+            page.entries.push_back({ns, header->header.key, header->header.value_size,
+                                    header->header.created_ms, header->header.expires_ms});
         }
     }
     return page;
@@ -299,6 +417,14 @@ tl::expected<std::uint64_t, StoreError> DiskTier::clear(std::string_view ns) {
                     Failure::io, fmt::format("cannot remove {}: {}", path, errno_text(errno))});
             }
         }
+    }
+    if (m_small) {
+        auto cleared = m_small->clear(ns);
+        if (!cleared) {
+            return tl::make_unexpected(StoreError{Failure::io, std::move(cleared.error())});
+        }
+        removed += *cleared;
+        m_index.erase_small_of(ns);
     }
     return removed;
 }

@@ -239,38 +239,63 @@ std::uint64_t DiskWriteQueue::coalesced() const {
 
 void DiskWriteQueue::run() {
     std::unique_lock lock(m_mutex);
+    std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>> batch;
+    std::vector<const PendingWrite*> views;
     for (;;) {
         m_work.wait(lock, [this] { return m_stop || (!m_paused && !m_ready.empty()); });
         if (m_stop) {
             return;
         }
-        const Hash128 id = m_ready.front();
-        m_ready.pop_front();
-        auto it = m_slots.find(id);
-        // Stale: cancelled, or already taken (one write per entry at a time).
-        if (it == m_slots.end() || !it->second.queued || it->second.writing) {
+        batch.clear();
+        std::uint64_t batch_bytes = 0;
+        while (!m_ready.empty() && batch.size() < k_max_batch) {
+            const Hash128 id = m_ready.front();
+            const auto it = m_slots.find(id);
+            // Stale: cancelled, or already taken (one write per entry at a time).
+            if (it == m_slots.end() || !it->second.queued || it->second.writing) {
+                m_ready.pop_front();
+                continue;
+            }
+            Slot& slot = it->second;
+            const std::uint64_t size = slot.queued->encoded.size();
+            if (!batch.empty() && (!slot.queued->small || batch_bytes + size > k_max_batch_bytes)) {
+                break;
+            }
+            m_ready.pop_front();
+            slot.writing = std::move(slot.queued);
+            slot.writing_seq = slot.queued_seq;
+            slot.queued.reset();
+            batch_bytes += size;
+            batch.emplace_back(id, slot.writing);
+            if (!batch.front().second->small) {
+                break;
+            }
+        }
+        if (batch.empty()) {
             continue;
         }
-        Slot& slot = it->second;
-        slot.writing = std::move(slot.queued);
-        slot.writing_seq = slot.queued_seq;
-        slot.queued.reset();
-        const std::shared_ptr<const PendingWrite> write = slot.writing;
+        views.clear();
+        for (const auto& item : batch) {
+            views.push_back(item.second.get());
+        }
 
         lock.unlock();
-        m_write(*write);
+        m_write(views);
         lock.lock();
 
-        // The slot stays while it has a write in flight; references into an
-        // unordered_map survive other insertions and erasures.
-        m_outstanding.erase(slot.writing_seq);
-        m_bytes -= write->bytes();
-        slot.writing.reset();
-        if (slot.queued) {
-            m_ready.push_back(id);
-        } else {
-            m_slots.erase(id);
+        // A slot stays while it has a write in flight.
+        for (const auto& [id, write] : batch) {
+            Slot& slot = m_slots.find(id)->second;
+            m_outstanding.erase(slot.writing_seq);
+            m_bytes -= write->bytes();
+            slot.writing.reset();
+            if (slot.queued) {
+                m_ready.push_back(id);
+            } else {
+                m_slots.erase(id);
+            }
         }
+        batch.clear();
         m_done.notify_all();
     }
 }

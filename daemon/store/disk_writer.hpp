@@ -7,7 +7,10 @@
 // - bounded in bytes (what a queued write holds: value, head, compressed
 //   payload). A push that does not fit waits for room (back-pressure); nothing
 //   is ever dropped. A write larger than the whole bound is admitted alone;
-// - one write per entry file at a time. A newer write of an entry still
+// - small entries (those bound for the LMDB store) are handed to a writer in
+//   batches of up to 256 entries or 4 MiB, which it commits in one
+//   transaction (group commit); other writes one at a time;
+// - one write per entry at a time. A newer write of an entry still
 //   queued replaces it (last write wins, counted in `coalesced`); one of an
 //   entry being written waits behind that write;
 // - `find` sees queued and in-flight writes, the newest first;
@@ -26,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,6 +49,7 @@ struct PendingWrite {
     Hash128 id;           // entry_hash(ns, key): the file name
     Entry entry;          // what lookups answer while the write waits
     EncodedEntry encoded; // `payload` views `entry.value` or `encoded.compressed_payload`
+    bool small = false;   // bound for the small-entry store: may share a batch
 
     // Bytes held by this write, for the queue's bound.
     std::uint64_t bytes() const {
@@ -56,8 +61,11 @@ struct PendingWrite {
 class DiskWriteQueue {
 public:
     using Clock = std::chrono::steady_clock;
-    // Persists one write; reports its own errors.
-    using WriteFn = std::function<void(const PendingWrite&)>;
+    // Persists a batch of writes (one, or several small ones); reports its
+    // own errors.
+    using WriteFn = std::function<void(std::span<const PendingWrite* const>)>;
+    static constexpr std::size_t k_max_batch = 256;
+    static constexpr std::uint64_t k_max_batch_bytes = 4ULL << 20;
 
     // Starts `threads` (at least 1) writer threads calling `write`.
     DiskWriteQueue(std::uint64_t capacity_bytes, unsigned threads, WriteFn write);

@@ -127,6 +127,8 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> connections_over_limit{0};
     // Requests refused: no room in daemon.max_inflight_bytes in time.
     std::atomic<std::uint64_t> inflight_refused{0};
+    // small.mdb files LMDB refused, moved aside and replaced by a fresh store.
+    std::atomic<std::uint64_t> small_store_recoveries{0};
 };
 
 // The remote (Redis) tier's state, for STATS and `pt2cache stats`.

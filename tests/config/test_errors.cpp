@@ -42,10 +42,10 @@ TEST_CASE("file errors name the file, the key and what is accepted", "[config][e
         {"disk = 5\n", "disk: expected a table [disk], got 5"},
         {"[disk]\nmaxsize = 1\n",
          "disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level, write_mode, write_queue_size"},
+         "compress_level, write_mode, write_queue_size, small_entry_max"},
         {"[disk.extra]\nx = 1\n",
          "disk.extra: unknown key; [disk] accepts cache_dir, max_size, compress_threshold, "
-         "compress_level, write_mode, write_queue_size"},
+         "compress_level, write_mode, write_queue_size, small_entry_max"},
         {"[resp]\nport = 1\n", "resp.port: unknown key; [resp] accepts password"},
         // wrong type
         {"[daemon]\nio_threads = \"4\"\n",
@@ -181,7 +181,7 @@ TEST_CASE("flag errors name the key", "[config][errors][flags]") {
     const Row rows[] = {
         {"disk.maxsize", "1",
          "command line: disk.maxsize: unknown key; [disk] accepts cache_dir, max_size, "
-         "compress_threshold, compress_level, write_mode, write_queue_size"},
+         "compress_threshold, compress_level, write_mode, write_queue_size, small_entry_max"},
         {"disk.write_mode", "fast",
          "command line: disk.write_mode: expected one of sync, async; got \"fast\""},
         {"nosection", "1",

@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 51;
+constexpr std::size_t k_setting_count = 52;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -44,6 +44,7 @@ compress_threshold = 4096
 compress_level = 19
 write_mode = "sync"
 write_queue_size = "16MiB"
+small_entry_max = "4KiB"
 
 [caches]
 fx_graph_cache = true
@@ -99,6 +100,7 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.compress_level == 3);
     CHECK(c.disk_write_mode == "async");
     CHECK(c.disk_write_queue_size == 64ull << 20);
+    CHECK(c.disk_small_entry_max == 16ull << 10);
     CHECK(c.fx_graph_cache);
     CHECK(c.autograd_cache);
     CHECK_FALSE(c.force_disable_caches);
@@ -172,6 +174,7 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.compress_level == 19);
     CHECK(c.disk_write_mode == "sync");
     CHECK(c.disk_write_queue_size == 16ull << 20);
+    CHECK(c.disk_small_entry_max == 4ull << 10);
     CHECK(c.fx_graph_cache);
     CHECK_FALSE(c.autograd_cache);
     CHECK(c.force_disable_caches);

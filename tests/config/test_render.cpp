@@ -57,6 +57,7 @@ disk.compress_threshold = 65536  # default
 disk.compress_level = 3  # default
 disk.write_mode = "async"  # default
 disk.write_queue_size = 67108864  # default
+disk.small_entry_max = 16384  # default
 
 caches.fx_graph_cache = true  # default
 caches.autograd_cache = true  # default
@@ -171,5 +172,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 51);
+    CHECK(values_of(rendered).size() == 52);
 }

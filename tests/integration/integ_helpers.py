@@ -142,12 +142,15 @@ def temp_files(cache_dir: Path) -> list[Path]:
 
 
 def entry_bytes(cache_dir: Path) -> int:
+    """The space the disk tier's entries take as `du` counts it, what
+    disk.max_size bounds: the allocated blocks of the entry files and of
+    small.mdb (directories and the LMDB lock file are not counted)."""
     total = 0
-    for path in entry_files(cache_dir):
+    for path in entry_files(cache_dir) + [Path(cache_dir) / "small.mdb"]:
         try:
-            total += path.stat().st_size
+            total += path.stat().st_blocks * 512
         except FileNotFoundError:
-            pass  # evicted while we looked
+            pass  # evicted while we looked, or no small.mdb
     return total
 
 

@@ -95,7 +95,9 @@ def corrupt_count(conn) -> int:
 
 
 def restart_without_local_autotune(d):
-    """Restart (empties memory) and remove the autotune namespace from disk."""
+    """Restart (empties memory) and remove the autotune namespace from disk
+    (files and small.mdb: CLEAR, then the directory for good measure)."""
+    assert d.cli("clear", "autotune", "--yes").returncode == 0
     d.stop()
     shutil.rmtree(d.cache_dir / "v1" / "autotune", ignore_errors=True)
     d.start()
@@ -404,9 +406,9 @@ def test_restored_entries_reach_disk_in_the_background(daemon):
     conn = BundleClient(d.socket)
     token, hit, entries, _ = conn.begin(code_hash)
     assert (hit, entries) == (True, len(configs))
-    autotune_dir = d.cache_dir / "v1" / "autotune"
-    on_disk = lambda: sum(1 for p in autotune_dir.rglob("*") if p.is_file()  # noqa: E731
-                          and not p.name.endswith(".tmp")) if autotune_dir.exists() else 0
+    # LIST answers from the disk tier (entry files and small.mdb).
+    lister = NativeClient(d.socket)
+    on_disk = lambda: len(lister.list_page("autotune")[1])  # noqa: E731
     wait_for(lambda: on_disk() == len(configs), timeout=30, what="restored entries on disk")
     # Memory gone again: the per-kernel entries now come from disk.
     d.stop()

@@ -323,8 +323,10 @@ def test_cli_finds_the_daemon_like_the_daemon_does(make_daemon, tmp_root):
 
 def test_storage_error_exits_4(make_daemon):
     # With disk.write_mode=sync the put waits for its file, so the error is the put's.
-    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync")
-    # A file where the namespace's directory belongs: every write there fails.
+    # Every entry a file (disk.small_entry_max=0): a file where the namespace's
+    # directory belongs makes every write there fail.
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync",
+                    "--set", "disk.small_entry_max=0")
     (d.cache_dir / "v1").mkdir(parents=True, exist_ok=True)
     (d.cache_dir / "v1" / "pgo").write_text("in the way")
     r = d.cli("put", "pgo", "k", input=b"value")
@@ -339,7 +341,7 @@ def test_storage_error_exits_4(make_daemon):
 def test_storage_error_of_a_queued_put_is_counted_and_logged(make_daemon):
     # The default async mode answers the put once queued; the failed write is
     # counted and logged, and the entry is a miss once the queue has moved on.
-    d = make_daemon("--set", "memory.max_size=0")
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.small_entry_max=0")
     (d.cache_dir / "v1").mkdir(parents=True, exist_ok=True)
     (d.cache_dir / "v1" / "pgo").write_text("in the way")
     assert d.cli("put", "pgo", "k", input=b"value").returncode == OK

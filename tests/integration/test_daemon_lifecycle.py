@@ -182,7 +182,11 @@ def test_socket_and_dir_modes_after_start(make_daemon, tmp_root):
     assert stat.S_IMODE(st.st_mode) == 0o600
     assert st.st_uid == os.geteuid()
     assert stat.S_IMODE(d.cache_dir.stat().st_mode) == 0o700
-    assert d.cli("put", "pgo", "k", input=b"v").returncode == OK
+    assert d.cli("put", "pgo", "k", input=b"v").returncode == OK  # small.mdb
+    assert d.cli("put", "pgo", "big", input=os.urandom(64 << 10)).returncode == OK  # a file
+    drain_disk_queue(d)
+    assert stat.S_IMODE((d.cache_dir / "small.mdb").stat().st_mode) == 0o600
+    assert len(entry_files(d.cache_dir)) == 1
     for path in entry_files(d.cache_dir):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         for parent in (path.parent, path.parent.parent, path.parent.parent.parent):

@@ -1,5 +1,7 @@
 """The disk tier seen from outside: eviction, corrupt files, leftovers and
-compression."""
+compression. Every test here is about entry files, so every daemon runs with
+disk.small_entry_max=0 (each entry a file); small entries in small.mdb are
+tested in test_small_store.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,14 @@ from integ_helpers import (NativeClient, drain_disk_queue, entry_bytes, entry_fi
 from pt2harness import STATUS, wait_for
 
 OK, MISS = 0, 1
+
+
+@pytest.fixture
+def make_daemon(make_daemon):
+    """The conftest factory with every entry stored as a file."""
+    def make(*args, **kwargs):
+        return make_daemon("--set", "disk.small_entry_max=0", *args, **kwargs)
+    return make
 
 
 def only_entry(cache_dir: Path, ns: str) -> Path:

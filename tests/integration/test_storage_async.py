@@ -6,11 +6,21 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from integ_helpers import (NativeClient, clean_env, entry_files, run_daemon_once, temp_files,
                            wait_for_log)
 from pt2harness import STATUS
 
 ASYNC = ("--set", "disk.write_mode=async")
+
+
+@pytest.fixture
+def make_daemon(make_daemon):
+    """These tests count entry files: every entry a file."""
+    def make(*args, **kwargs):
+        return make_daemon("--set", "disk.small_entry_max=0", *args, **kwargs)
+    return make
 
 
 def test_async_puts_survive_sigterm_and_restart(make_daemon):

@@ -25,8 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// These tests are about the file store: every entry a file (the small-entry
+// store has its own tests in test_disk_small.cpp).
+DiskOptions files_only(DiskOptions options) {
+    options.small_entry_max = 0;
+    return options;
+}
+
 DiskOptions async_options(std::uint64_t queue_bytes = 64ULL << 20) {
-    DiskOptions options{1ULL << 30, 1ULL << 40, 1};
+    DiskOptions options = files_only({1ULL << 30, 1ULL << 40, 1});
     options.write_mode = DiskWriteMode::async;
     options.write_queue_bytes = queue_bytes;
     return options;
@@ -97,7 +104,7 @@ TEST_CASE("async disk tier compresses queued values", "[store][disk][async]") {
         CHECK(queued->value.size() == value.size());
     }
     CHECK(fs::file_size(entry_path(dir.path(), "fx-graph", "k")) < value.size() / 4);
-    DiskTier reopened(dir.path(), DiskOptions{1ULL << 30, 1024, 1}, stats);
+    DiskTier reopened(dir.path(), files_only({1ULL << 30, 1024, 1}), stats);
     const auto got = get(reopened, "fx-graph", "k");
     REQUIRE(got);
     CHECK(std::equal(got->value.bytes().begin(), got->value.bytes().end(), value.begin(),
@@ -165,7 +172,7 @@ TEST_CASE("async disk tier writes everything queued when destroyed", "[store][di
                              make_entry(fmt::format("value-{}", i))));
         }
     }
-    DiskTier reopened(dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    DiskTier reopened(dir.path(), files_only({1ULL << 30, 1ULL << 40, 1}), stats);
     for (int i = 0; i < k_entries; ++i) {
         INFO(i);
         CHECK(value_of(reopened, "fx-graph", fmt::format("key-{}", i)) ==
@@ -261,7 +268,7 @@ TEST_CASE("async disk tier coalesces writes of one key", "[store][disk][async]")
         tier.wait_for_writes();
         CHECK(value_of(tier, "fx-graph", "hot") == fmt::format("r{}-49", round));
     }
-    DiskTier reopened(dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    DiskTier reopened(dir.path(), files_only({1ULL << 30, 1ULL << 40, 1}), stats);
     CHECK(value_of(reopened, "fx-graph", "hot") == "r19-49");
 }
 
@@ -322,7 +329,7 @@ TEST_CASE("async disk tier back-pressure never drops a write",
             expected = 2;
         }
     }
-    DiskTier reopened(dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    DiskTier reopened(dir.path(), files_only({1ULL << 30, 1ULL << 40, 1}), stats);
     reopened.wait_for_scan();
     std::set<std::string> seen;
     std::string cursor;
@@ -367,9 +374,13 @@ TEST_CASE("async disk tier lists the entries queued before the call", "[store][d
 
 TEST_CASE("async disk tier under concurrent puts, gets and removes",
           "[store][disk][async][concurrency]") {
+    // Every entry a file, or (500-byte values) every entry in small.mdb.
+    const std::uint64_t small_entry_max = GENERATE(0ULL, 16ULL << 10);
     TempDir dir;
     Stats stats;
-    DiskTier tier(dir.path(), async_options(64 << 10), stats);
+    DiskOptions options = async_options(64 << 10);
+    options.small_entry_max = small_entry_max;
+    DiskTier tier(dir.path(), options, stats);
     std::atomic<bool> stop{false};
     std::atomic<int> failures{0};
     std::vector<std::thread> threads;
@@ -402,10 +413,15 @@ TEST_CASE("async disk tier under concurrent puts, gets and removes",
     }
     CHECK(failures == 0);
     tier.wait_for_writes();
-    // What get answers is what the file holds: nothing is still in flight.
+    // What get answers is what the store holds: nothing is still in flight.
     for (int i = 0; i < 40; ++i) {
         const std::string key = fmt::format("k{}", i);
-        CHECK(exists(tier, "fx-graph", key) == fs::exists(entry_path(dir.path(), "fx-graph", key)));
+        const bool stored =
+            small_entry_max == 0
+                ? fs::exists(entry_path(dir.path(), "fx-graph", key))
+                : tier.small_store()->contains("fx-graph", entry_hash("fx-graph", key));
+        CHECK(exists(tier, "fx-graph", key) == stored);
+        CHECK_FALSE((small_entry_max != 0 && fs::exists(entry_path(dir.path(), "fx-graph", key))));
     }
     CHECK(stats.tier("fx-graph", TierId::disk).errors.load() == 0);
     CHECK(stats.tier("fx-graph", TierId::disk).corrupt.load() == 0);
@@ -431,7 +447,7 @@ TEST_CASE("async disk tier reports the age of its oldest queued write", "[store]
     CHECK(tier.oldest_queued_age() == std::chrono::steady_clock::duration::zero());
 
     TempDir sync_dir;
-    DiskTier sync(sync_dir.path(), DiskOptions{1ULL << 30, 1ULL << 40, 1}, stats);
+    DiskTier sync(sync_dir.path(), files_only({1ULL << 30, 1ULL << 40, 1}), stats);
     CHECK_FALSE(sync.async_writes());
     CHECK(tier.async_writes());
 }

@@ -26,10 +26,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// These tests are about the file store: every entry a file (the small-entry
+// store has its own tests in test_disk_small.cpp).
+DiskOptions files_only(DiskOptions options) {
+    options.small_entry_max = 0;
+    return options;
+}
+
 // Incompressible test values keep file sizes exact; a huge threshold also
 // keeps zstd out of the way.
 DiskOptions options(std::uint64_t max_size = 1ULL << 30) {
-    return DiskOptions{max_size, 1ULL << 40, 1};
+    return files_only({max_size, 1ULL << 40, 1});
 }
 
 fs::path entry_path(const fs::path& root, std::string_view ns, std::string_view key) {
@@ -39,6 +46,17 @@ fs::path entry_path(const fs::path& root, std::string_view ns, std::string_view 
 
 std::uint64_t file_size_of(std::string_view ns, std::string_view key, std::size_t value_size) {
     return k_entry_header_size + ns.size() + key.size() + value_size + k_entry_trailer_size;
+}
+
+// The space an entry file is charged: its 4 KiB blocks, as `du` counts them.
+std::uint64_t charged_size_of(std::string_view ns, std::string_view key, std::size_t value_size) {
+    return (file_size_of(ns, key, value_size) + 4095) / 4096 * 4096;
+}
+
+std::uint64_t allocated_of(const fs::path& path) {
+    struct stat info {};
+    REQUIRE(::stat(path.c_str(), &info) == 0);
+    return static_cast<std::uint64_t>(info.st_blocks) * 512;
 }
 
 std::optional<Entry> get(DiskTier& tier, std::string_view ns, std::string_view key) {
@@ -103,13 +121,13 @@ TEST_CASE("disk tier round trip and layout", "[store][disk]") {
     CHECK(mode_of(path.parent_path().parent_path()) == 0700);
     CHECK(mode_of(dir.path() / "cache" / "v1") == 0700);
     CHECK(temp_files_under(dir.path()) == 0);
-    CHECK(tier.size_bytes() == fs::file_size(path));
+    CHECK(tier.size_bytes() == allocated_of(path));
     CHECK(tier.count() == 1);
 
     // Overwrite replaces the entry and its size.
     REQUIRE(tier.put("fx-graph", "secret/../key", make_entry(random_bytes(10))));
     CHECK(get(tier, "fx-graph", "secret/../key")->value.size() == 10);
-    CHECK(tier.size_bytes() == file_size_of("fx-graph", "secret/../key", 10));
+    CHECK(tier.size_bytes() == charged_size_of("fx-graph", "secret/../key", 10));
 
     CHECK(tier.remove("fx-graph", "secret/../key").value() == true);
     CHECK(tier.remove("fx-graph", "secret/../key").value() == false);
@@ -144,7 +162,8 @@ TEST_CASE("disk tier entries persist across instances", "[store][disk]") {
     CHECK(hit->value.text() == "first value");
     tier.wait_for_scan();
     CHECK(tier.count() == 2);
-    CHECK(tier.size_bytes() == file_size_of("pgo", "k1", 11) + file_size_of("pgo", "k2", 1000));
+    CHECK(tier.size_bytes() ==
+          charged_size_of("pgo", "k1", 11) + charged_size_of("pgo", "k2", 1000));
 }
 
 TEST_CASE("disk tier treats a corrupt file as a miss and removes it", "[store][disk]") {
@@ -243,8 +262,8 @@ TEST_CASE("disk tier scan removes leftover temporary files", "[store][disk]") {
 TEST_CASE("disk tier evicts least recently used files", "[store][disk]") {
     TempDir dir;
     Stats stats;
-    const std::uint64_t file_size = file_size_of("pgo", "k0", 10'000);
-    const std::uint64_t max_size = 100'000;
+    const std::uint64_t file_size = charged_size_of("pgo", "k0", 10'000);
+    const std::uint64_t max_size = 9 * file_size + file_size / 2;
     REQUIRE(9 * file_size <= max_size);
     REQUIRE(10 * file_size > max_size);
     DiskTier tier(dir.path(), options(max_size), stats);
@@ -277,7 +296,7 @@ TEST_CASE("disk tier evicts least recently used files", "[store][disk]") {
 TEST_CASE("disk tier eviction after a restart follows file mtimes", "[store][disk]") {
     TempDir dir;
     Stats stats;
-    const std::uint64_t file_size = file_size_of("pgo", "k0", 10'000);
+    const std::uint64_t file_size = charged_size_of("pgo", "k0", 10'000);
     {
         DiskTier tier(dir.path(), options(), stats);
         for (int i = 0; i < 6; ++i) {
@@ -377,7 +396,7 @@ TEST_CASE("disk tier clears one namespace", "[store][disk]") {
     CHECK_FALSE(get(tier, "fx-graph", "k0"));
     CHECK(get(tier, "pgo", "k0"));
     CHECK(tier.count() == 3);
-    CHECK(tier.size_bytes() == 3 * file_size_of("pgo", "k0", 1));
+    CHECK(tier.size_bytes() == 3 * charged_size_of("pgo", "k0", 1));
 }
 
 TEST_CASE("disk tier with max_size 0 is disabled", "[store][disk]") {
@@ -394,7 +413,7 @@ TEST_CASE("disk tier with max_size 0 is disabled", "[store][disk]") {
 TEST_CASE("disk tier readers never see a partial entry", "[store][disk][concurrency]") {
     TempDir dir;
     Stats stats;
-    DiskTier tier(dir.path(), DiskOptions{1ULL << 30, 4096, 1}, stats);
+    DiskTier tier(dir.path(), files_only({1ULL << 30, 4096, 1}), stats);
     std::atomic<bool> stop{false};
     std::atomic<int> bad{0};
     std::atomic<int> hits{0};

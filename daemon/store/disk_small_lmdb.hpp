@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+// The LMDB details shared by disk_small_store.cpp and disk_small_store_env.cpp:
+// key and meta encodings (docs/architecture.md, "Small entries in LMDB"),
+// transaction and cursor guards, the environment. Internal to SmallStore.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <lmdb.h>
+#include <string>
+#include <string_view>
+
+#include "daemon/store/disk_small_store.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::daemon::store::small_lmdb {
+
+inline constexpr std::uint32_t k_format_version = 1;
+inline constexpr unsigned k_max_readers = 512;
+inline constexpr std::size_t k_id_size = 16;
+inline constexpr std::size_t k_meta_size = 12; // size:u32, atime_ms:i64
+inline constexpr unsigned k_env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NOMETASYNC;
+
+// <ns> 0x00 <id: high then low, big-endian>
+inline std::string make_key(std::string_view ns, const Hash128& id) {
+    std::string key(ns);
+    key.push_back('\0');
+    for (const std::uint64_t half : {id.high, id.low}) {
+        for (int shift = 56; shift >= 0; shift -= 8) {
+            key.push_back(static_cast<char>((half >> shift) & 0xFFU));
+        }
+    }
+    return key;
+}
+
+// Splits a key made by `make_key`; false for anything else.
+inline bool split_key(const MDB_val& key, std::string_view& ns, Hash128& id) {
+    const auto* bytes = static_cast<const unsigned char*>(key.mv_data);
+    if (key.mv_size < k_id_size + 2 || bytes[key.mv_size - k_id_size - 1] != 0) {
+        return false;
+    }
+    ns = std::string_view(static_cast<const char*>(key.mv_data), key.mv_size - k_id_size - 1);
+    const unsigned char* raw = bytes + ns.size() + 1;
+    id = Hash128{};
+    for (std::size_t i = 0; i < 8; ++i) {
+        id.high = (id.high << 8U) | raw[i];
+        id.low = (id.low << 8U) | raw[8 + i];
+    }
+    return true;
+}
+
+inline MDB_val val_of(std::string_view text) {
+    return MDB_val{text.size(), const_cast<char*>(text.data())};
+}
+
+inline std::array<unsigned char, k_meta_size> meta_value(std::uint32_t size, UnixMs atime) {
+    std::array<unsigned char, k_meta_size> out{};
+    for (std::size_t i = 0; i < 4; ++i) {
+        out[i] = static_cast<unsigned char>((size >> (8 * i)) & 0xFFU);
+    }
+    const auto time = static_cast<std::uint64_t>(atime);
+    for (std::size_t i = 0; i < 8; ++i) {
+        out[4 + i] = static_cast<unsigned char>((time >> (8 * i)) & 0xFFU);
+    }
+    return out;
+}
+
+inline bool parse_meta(const MDB_val& value, std::uint32_t& size, UnixMs& atime) {
+    if (value.mv_size != k_meta_size) {
+        return false;
+    }
+    const auto* bytes = static_cast<const unsigned char*>(value.mv_data);
+    size = 0;
+    std::uint64_t time = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+        size |= static_cast<std::uint32_t>(bytes[i]) << (8 * i);
+    }
+    for (std::size_t i = 0; i < 8; ++i) {
+        time |= static_cast<std::uint64_t>(bytes[4 + i]) << (8 * i);
+    }
+    atime = static_cast<UnixMs>(time);
+    return true;
+}
+
+inline std::string mdb_text(int rc) {
+    return fmt::format("{} ({})", mdb_strerror(rc), rc);
+}
+
+// LMDB's answers that mean "this file is no store of ours".
+inline bool is_refusal(int rc) {
+    return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
+           rc == MDB_PAGE_NOTFOUND || rc == MDB_INCOMPATIBLE || rc == MDB_BAD_DBI || rc == EINVAL;
+}
+
+// A transaction aborted unless committed.
+class Txn {
+public:
+    Txn(MDB_env* env, bool read_only, int& rc) {
+        rc = mdb_txn_begin(env, nullptr, read_only ? MDB_RDONLY : 0U, &m_txn);
+        if (rc != 0) {
+            m_txn = nullptr;
+        }
+    }
+    ~Txn() {
+        if (m_txn != nullptr) {
+            mdb_txn_abort(m_txn);
+        }
+    }
+    Txn(const Txn&) = delete;
+    Txn& operator=(const Txn&) = delete;
+    MDB_txn* get() const { return m_txn; }
+    int commit() {
+        const int rc = mdb_txn_commit(m_txn);
+        m_txn = nullptr;
+        return rc;
+    }
+
+private:
+    MDB_txn* m_txn = nullptr;
+};
+
+class Cursor {
+public:
+    Cursor(MDB_txn* txn, MDB_dbi dbi, int& rc) { rc = mdb_cursor_open(txn, dbi, &m_cursor); }
+    ~Cursor() {
+        if (m_cursor != nullptr) {
+            mdb_cursor_close(m_cursor);
+        }
+    }
+    Cursor(const Cursor&) = delete;
+    Cursor& operator=(const Cursor&) = delete;
+    MDB_cursor* get() const { return m_cursor; }
+
+private:
+    MDB_cursor* m_cursor = nullptr;
+};
+
+} // namespace pt2cache::daemon::store::small_lmdb
+
+namespace pt2cache::daemon::store {
+
+struct SmallStore::Env {
+    MDB_env* env = nullptr;
+    MDB_dbi entries = 0;
+    MDB_dbi meta = 0;
+    MDB_dbi info = 0;
+    std::size_t page_size = 4096;
+
+    ~Env() {
+        if (env != nullptr) {
+            mdb_env_close(env);
+        }
+    }
+};
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// The disk tier's store of small entries: one LMDB environment, small.mdb.
+// Layout, flags and the rules around it: docs/architecture.md, "Small entries
+// in LMDB". This class knows nothing of the index, eviction or routing; it
+// stores encoded entries under (ns, id) and keeps their `meta` records.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/tier.hpp"
+#include "daemon/store/xxh3.hpp"
+
+#include <tl/expected.hpp>
+
+struct MDB_txn; // lmdb.h
+
+namespace pt2cache::daemon::store {
+
+struct SmallError {
+    bool map_full = false; // MDB_MAP_FULL: the transaction was aborted, nothing written
+    std::string message;
+};
+
+// One entry to store: its encoded bytes in up to three pieces.
+struct SmallWrite {
+    std::string_view ns;
+    Hash128 id;
+    std::array<std::span<const std::byte>, 3> parts{};
+    UnixMs atime_ms = 0; // 0: the write's `now`
+
+    std::size_t size() const { return parts[0].size() + parts[1].size() + parts[2].size(); }
+};
+
+// A `meta` record, as the startup loads it.
+struct SmallRecord {
+    std::string ns;
+    Hash128 id;
+    std::uint32_t size = 0;
+    UnixMs atime_ms = 0;
+};
+
+struct SmallKeyRef {
+    std::string_view ns;
+    Hash128 id;
+};
+
+// Thread-safe. Every operation may run on any thread (MDB_NOTLS).
+class SmallStore {
+public:
+    ~SmallStore();
+    SmallStore(const SmallStore&) = delete;
+    SmallStore& operator=(const SmallStore&) = delete;
+
+    // Opens `path` (creating it), or, when LMDB refuses it, renames it to
+    // `<path>.broken`, logs why, sets `recovered` and creates a fresh one.
+    // Fails only when no store can be had at all (permissions, no space).
+    static tl::expected<std::unique_ptr<SmallStore>, std::string>
+    open(const std::string& path, std::uint64_t map_size, bool& recovered);
+
+    // How many entries are stored (from the tree's header: no walk).
+    std::size_t size();
+
+    // Calls `fn` for every `meta` record, in key order. A corrupt tree fails.
+    tl::expected<void, std::string> load_meta(const std::function<void(SmallRecord&&)>& fn);
+
+    // Replaces the store with a fresh, empty one (after `load_meta` found it
+    // corrupt), keeping the old file as `<path>.broken`.
+    tl::expected<void, std::string> recover();
+
+    // The stored bytes of (ns, id), copied; nullopt when absent.
+    tl::expected<std::optional<std::vector<std::byte>>, std::string> read(std::string_view ns,
+                                                                          const Hash128& id);
+
+    // Stores every write (value and meta) in one transaction: all or nothing.
+    // Refused as map_full, without trying, once the pages in use would pass
+    // 90 % of the map: the rest is kept for deletes.
+    tl::expected<void, SmallError> write(std::span<const SmallWrite> writes, UnixMs now);
+
+    // Removes (ns, id) (value and meta) in one transaction; how many existed.
+    tl::expected<std::size_t, std::string> erase(std::span<const SmallKeyRef> keys);
+
+    // Removes (ns, id) only if it still holds exactly `bytes`.
+    bool erase_if_same(std::string_view ns, const Hash128& id, std::span<const std::byte> bytes);
+
+    // Sets the access time of those keys that still exist, in one transaction.
+    void touch(std::span<const SmallKeyRef> keys, UnixMs now);
+
+    // Whether (ns, id) is stored (no value read).
+    bool contains(std::string_view ns, const Hash128& id);
+
+    // Up to `limit` ids of `ns` after `after` (all when none), ascending.
+    std::vector<Hash128> ids_after(std::string_view ns, const std::optional<Hash128>& after,
+                                   std::size_t limit);
+
+    // The namespaces that have entries, sorted.
+    std::vector<std::string> namespaces();
+
+    // Removes every entry of `ns`; how many.
+    tl::expected<std::uint64_t, std::string> clear(std::string_view ns);
+
+    // Pages in use (every tree, the free list, the metas) and the file's
+    // size, in bytes: refreshed after every write.
+    std::uint64_t used_bytes() const { return m_used_bytes.load(std::memory_order_relaxed); }
+    std::uint64_t file_bytes() const { return m_file_bytes.load(std::memory_order_relaxed); }
+
+    // Copies the live pages into a fresh file that replaces the store.
+    // Writers wait meanwhile; readers only for the swap.
+    tl::expected<void, std::string> compact();
+
+    const std::string& path() const { return m_path; }
+
+    struct Env; // the LMDB environment and databases (disk_small_lmdb.hpp)
+
+private:
+    // One transaction's work: returns 0, or an LMDB code that aborts it.
+    using TxnBody = std::function<int(Env&, MDB_txn*)>;
+    // Runs `body` in a transaction under the shared lock; a write transaction
+    // commits when `body` returns 0, then the usage is re-measured. Fails when
+    // the store is closed or LMDB fails; `rc_out` receives LMDB's code.
+    tl::expected<void, std::string> in_txn(bool read_only, const TxnBody& body,
+                                           int* rc_out = nullptr);
+    SmallStore(std::string path, std::uint64_t map_size);
+    tl::expected<void, std::string> open_env(bool& refused);
+    void close_env_locked();
+    // Re-measures used and file bytes (caller holds the env lock, shared).
+    void refresh_usage_locked();
+    // Deletes need pages too (copy-on-write): a delete that hits the map's
+    // end grows the map by half and tries again (at most 4 times).
+    void grow_map();
+
+    const std::string m_path;
+    std::atomic<std::uint64_t> m_map_size;
+    // Shared by every operation; exclusive to replace the environment.
+    mutable std::shared_mutex m_env_mutex;
+    // Held by every write transaction and by compaction's copy.
+    std::mutex m_write_mutex;
+    std::unique_ptr<Env> m_env;
+    std::atomic<std::uint64_t> m_used_bytes{0};
+    std::atomic<std::uint64_t> m_file_bytes{0};
+};
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// SmallStore's environment: opening (and refusing) small.mdb, recovery,
+// usage, growing the map and compaction.
+#include <cerrno>
+#include <cstring>
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/store/disk_small_lmdb.hpp"
+#include "daemon/store/disk_small_store.hpp"
+#include "daemon/store/log.hpp"
+#include "daemon/store/posix_file.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+using namespace small_lmdb;
+
+SmallStore::SmallStore(std::string path, std::uint64_t map_size)
+    : m_path(std::move(path))
+    , m_map_size(map_size) {}
+
+SmallStore::~SmallStore() = default;
+
+tl::expected<std::unique_ptr<SmallStore>, std::string>
+SmallStore::open(const std::string& path, std::uint64_t map_size, bool& recovered) {
+    recovered = false;
+    std::unique_ptr<SmallStore> store(new SmallStore(path, map_size));
+    std::unique_lock lock(store->m_env_mutex);
+    bool refused = false;
+    auto opened = store->open_env(refused);
+    if (!opened && refused) {
+        // The lock file may be what LMDB refused: it holds nothing durable.
+        store->close_env_locked();
+        ::unlink((path + "-lock").c_str());
+        opened = store->open_env(refused);
+    }
+    if (!opened && refused) {
+        logger().error("small-entry store {} is unusable ({}): moved to {}.broken, starting a "
+                       "fresh one",
+                       path, opened.error(), path);
+        store->close_env_locked();
+        ::rename(path.c_str(), (path + ".broken").c_str());
+        ::unlink((path + "-lock").c_str());
+        recovered = true;
+        opened = store->open_env(refused);
+    }
+    if (!opened) {
+        return tl::make_unexpected(opened.error());
+    }
+    return store;
+}
+
+tl::expected<void, std::string> SmallStore::recover() {
+    std::unique_lock lock(m_env_mutex);
+    close_env_locked();
+    ::rename(m_path.c_str(), (m_path + ".broken").c_str());
+    ::unlink((m_path + "-lock").c_str());
+    bool refused = false;
+    return open_env(refused);
+}
+
+void SmallStore::close_env_locked() {
+    m_env.reset();
+}
+
+tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
+    refused = false;
+    auto env = std::make_unique<Env>();
+    int rc = mdb_env_create(&env->env);
+    if (rc != 0) {
+        env->env = nullptr;
+        return tl::make_unexpected(fmt::format("mdb_env_create: {}", mdb_text(rc)));
+    }
+    mdb_env_set_maxdbs(env->env, 4);
+    mdb_env_set_maxreaders(env->env, k_max_readers);
+    mdb_env_set_mapsize(env->env, m_map_size.load());
+    rc = mdb_env_open(env->env, m_path.c_str(), k_env_flags, 0600);
+    if (rc != 0) {
+        refused = is_refusal(rc);
+        return tl::make_unexpected(fmt::format("cannot open {}: {}", m_path, mdb_text(rc)));
+    }
+    // A file shorter than its meta page says would fault (SIGBUS) on access.
+    MDB_envinfo info{};
+    MDB_stat stat{};
+    mdb_env_info(env->env, &info);
+    mdb_env_stat(env->env, &stat);
+    env->page_size = stat.ms_psize;
+    struct stat file {};
+    if (::stat(m_path.c_str(), &file) != 0) {
+        return tl::make_unexpected(fmt::format("cannot stat {}: {}", m_path, errno_text(errno)));
+    }
+    const std::uint64_t needed =
+        (static_cast<std::uint64_t>(info.me_last_pgno) + 1) * stat.ms_psize;
+    if (info.me_last_pgno > 1 && static_cast<std::uint64_t>(file.st_size) < needed) {
+        refused = true;
+        return tl::make_unexpected(
+            fmt::format("truncated: {} bytes, its pages need {}", file.st_size, needed));
+    }
+    Txn txn(env->env, false, rc);
+    if (rc != 0) {
+        refused = is_refusal(rc);
+        return tl::make_unexpected(fmt::format("mdb_txn_begin: {}", mdb_text(rc)));
+    }
+    for (const auto& [name, dbi] : {std::pair{"entries", &env->entries},
+                                    std::pair{"meta", &env->meta}, std::pair{"info", &env->info}}) {
+        rc = mdb_dbi_open(txn.get(), name, MDB_CREATE, dbi);
+        if (rc != 0) {
+            refused = is_refusal(rc) || rc == MDB_INCOMPATIBLE;
+            return tl::make_unexpected(fmt::format("database {}: {}", name, mdb_text(rc)));
+        }
+    }
+    MDB_val key = val_of("format");
+    MDB_val value{};
+    rc = mdb_get(txn.get(), env->info, &key, &value);
+    if (rc == MDB_NOTFOUND) {
+        MDB_stat entries{};
+        mdb_stat(txn.get(), env->entries, &entries);
+        if (entries.ms_entries != 0) {
+            refused = true;
+            return tl::make_unexpected("entries without a format record");
+        }
+        const std::array<unsigned char, 4> version = {k_format_version, 0, 0, 0};
+        value = MDB_val{version.size(), const_cast<unsigned char*>(version.data())};
+        rc = mdb_put(txn.get(), env->info, &key, &value, 0);
+    } else if (rc == 0) {
+        std::uint32_t version = 0;
+        if (value.mv_size == 4) {
+            std::memcpy(&version, value.mv_data, 4); // little-endian hosts only (x86-64, arm64)
+        }
+        if (version != k_format_version) {
+            refused = true;
+            return tl::make_unexpected(
+                fmt::format("format {} (this daemon reads {})", version, k_format_version));
+        }
+    }
+    if (rc != 0) {
+        refused = is_refusal(rc);
+        return tl::make_unexpected(fmt::format("format record: {}", mdb_text(rc)));
+    }
+    rc = txn.commit();
+    if (rc != 0) {
+        refused = is_refusal(rc);
+        return tl::make_unexpected(fmt::format("commit: {}", mdb_text(rc)));
+    }
+    m_env = std::move(env);
+    refresh_usage_locked();
+    return {};
+}
+
+void SmallStore::refresh_usage_locked() {
+    if (!m_env) {
+        return;
+    }
+    int rc = 0;
+    Txn txn(m_env->env, true, rc);
+    if (rc != 0) {
+        return;
+    }
+    std::uint64_t pages = 2; // the meta pages
+    for (const MDB_dbi dbi : {MDB_dbi{0}, MDB_dbi{1}, m_env->entries, m_env->meta, m_env->info}) {
+        MDB_stat stat{};
+        if (mdb_stat(txn.get(), dbi, &stat) == 0) {
+            pages += stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages;
+        }
+    }
+    m_used_bytes.store(pages * m_env->page_size, std::memory_order_relaxed);
+    int fd = -1;
+    struct stat file {};
+    if (mdb_env_get_fd(m_env->env, &fd) == 0 && ::fstat(fd, &file) == 0) {
+        m_file_bytes.store(static_cast<std::uint64_t>(file.st_blocks) * 512,
+                           std::memory_order_relaxed);
+    }
+}
+
+void SmallStore::grow_map() {
+    std::unique_lock lock(m_env_mutex);
+    if (!m_env) {
+        return;
+    }
+    // No transaction is active: every one runs under the shared lock.
+    const std::uint64_t grown = m_map_size.load() + m_map_size.load() / 2;
+    if (mdb_env_set_mapsize(m_env->env, grown) == 0) {
+        m_map_size.store(grown);
+        logger().warn("{}: map grown to {} bytes to make room for deletes", m_path, grown);
+    }
+}
+
+tl::expected<void, std::string> SmallStore::compact() {
+    std::lock_guard write_lock(m_write_mutex);
+    const std::string copy = m_path + ".compact";
+    {
+        std::shared_lock lock(m_env_mutex);
+        if (!m_env) {
+            return tl::make_unexpected("the small-entry store is closed");
+        }
+        ::unlink(copy.c_str());
+        if (const int rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); rc != 0) {
+            ::unlink(copy.c_str());
+            return tl::make_unexpected(fmt::format("mdb_env_copy2: {}", mdb_text(rc)));
+        }
+    }
+    std::unique_lock lock(m_env_mutex);
+    close_env_locked();
+    if (::rename(copy.c_str(), m_path.c_str()) != 0) {
+        const int error = errno;
+        ::unlink(copy.c_str());
+        bool refused = false;
+        if (auto reopened = open_env(refused); !reopened) {
+            return reopened;
+        }
+        return tl::make_unexpected(fmt::format("cannot rename {}: {}", copy, errno_text(error)));
+    }
+    bool refused = false;
+    return open_env(refused);
+}
+
+} // namespace pt2cache::daemon::store

@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: MIT
+// The parts of DiskTier that deal with the small-entry store (LMDB): routing,
+// reads and writes, the startup load of its meta records, eviction,
+// compaction and the migration of small files. The rules:
+// docs/architecture.md, "Small entries in LMDB".
+#include <algorithm>
+#include <cerrno>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk_file.hpp"
+#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/log.hpp"
+#include "daemon/store/posix_file.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+constexpr std::size_t k_touch_limit = 100'000; // noted accesses kept between flushes
+constexpr std::size_t k_migrate_batch = 256;
+constexpr std::uint64_t k_page = 4096;
+constexpr std::uint64_t k_min_map_size = 64ULL << 20;
+
+StoreError io_error(std::string message) {
+    return StoreError{Failure::io, std::move(message)};
+}
+
+// An estimate of what a small entry of `size` encoded bytes occupies in
+// LMDB: its value node and its meta node in leaf pages about 70 % full, or
+// whole overflow pages for a value too large for a leaf. Eviction only uses
+// it to size its batches; the bound itself is measured (used_bytes()).
+std::uint64_t small_charge(std::uint64_t size) {
+    constexpr std::uint64_t k_node = 8 + 40 + 2;  // node header, key, page pointer
+    constexpr std::uint64_t k_meta = k_node + 12; // the meta record
+    constexpr std::uint64_t k_inline_max = 2000;  // larger values go to overflow pages
+    if (size + k_node <= k_inline_max) {
+        return (size + k_node + k_meta) * 10 / 7;
+    }
+    return (size + 16 + k_page - 1) / k_page * k_page + (k_node + 8 + k_meta) * 10 / 7;
+}
+
+} // namespace
+
+void DiskTier::open_small_store() {
+    const std::string path = m_layout.root() + "/small.mdb";
+    struct stat info {};
+    const bool present = ::lstat(path.c_str(), &info) == 0;
+    if (m_options.small_entry_max == 0 && !present) {
+        return;
+    }
+    if (present && !S_ISREG(info.st_mode)) {
+        // A link or a directory: never followed, moved aside like a broken file.
+        logger().error("small-entry store {} is not a regular file: moved to {}.broken", path,
+                       path);
+        std::error_code ec;
+        std::filesystem::remove_all(path + ".broken", ec);
+        ::rename(path.c_str(), (path + ".broken").c_str());
+        m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::filesystem::path prefix;
+    for (const auto& part : std::filesystem::path(m_layout.root())) {
+        prefix /= part;
+        if (const auto made = make_dir(prefix.string(), 0700); !made) {
+            logger().error("small entries are stored as files: cannot create {}: {}",
+                           prefix.string(), errno_text(made.error()));
+            return;
+        }
+    }
+    const std::uint64_t map_size = m_options.small_map_size != 0
+                                       ? m_options.small_map_size
+                                       : std::max(2 * m_options.max_size, k_min_map_size);
+    bool recovered = false;
+    auto opened = SmallStore::open(path, map_size, recovered);
+    if (recovered) {
+        m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!opened) {
+        logger().error("small entries are stored as files: {}", opened.error());
+        return;
+    }
+    m_small = std::move(*opened);
+}
+
+bool DiskTier::routes_small(std::uint64_t size) const {
+    return m_small && m_options.small_entry_max > 0 && size <= m_options.small_entry_max;
+}
+
+std::vector<std::unique_lock<std::mutex>> DiskTier::lock_stripes(std::span<const Hash128> ids) {
+    std::vector<std::size_t> indexes;
+    indexes.reserve(ids.size());
+    for (const Hash128& id : ids) {
+        indexes.push_back(id.low % m_stripes.size());
+    }
+    std::sort(indexes.begin(), indexes.end());
+    indexes.erase(std::unique(indexes.begin(), indexes.end()), indexes.end());
+    std::vector<std::unique_lock<std::mutex>> locks;
+    locks.reserve(indexes.size());
+    for (const std::size_t index : indexes) {
+        locks.emplace_back(m_stripes[index]);
+    }
+    return locks;
+}
+
+tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrite* const> batch,
+                                                     bool report) {
+    std::vector<Hash128> ids;
+    ids.reserve(batch.size());
+    for (const PendingWrite* write : batch) {
+        ids.push_back(write->id);
+    }
+    const auto locks = lock_stripes(ids);
+    std::vector<SmallWrite> writes;
+    std::vector<const PendingWrite*> included;
+    writes.reserve(batch.size());
+    for (const PendingWrite* write : batch) {
+        // One entry, one store: the file copy goes first. If it cannot go,
+        // the new bytes are not written (the file would outlive them).
+        const std::string path = m_layout.entry_path(write->ns, write->id.hex());
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+            auto error = io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno)));
+            if (!report) {
+                return tl::make_unexpected(std::move(error));
+            }
+            log_write_error(write->ns, write->key, error);
+            continue;
+        }
+        writes.push_back(
+            SmallWrite{write->ns,
+                       write->id,
+                       {std::span<const std::byte>(write->encoded.head), write->encoded.payload,
+                        std::span<const std::byte>(write->encoded.trailer)}});
+        included.push_back(write);
+    }
+    if (writes.empty()) {
+        return {};
+    }
+    auto written = m_small->write(writes, now_ms());
+    if (!written) {
+        for (const PendingWrite* write : included) {
+            if (m_index.where(write->id) == false) {
+                m_index.erase(write->id); // its file is gone
+            }
+        }
+        if (written.error().map_full) {
+            m_small_map_full.store(true, std::memory_order_relaxed);
+            { std::lock_guard lock(m_mutex); }
+            m_wake.notify_all();
+        }
+        auto error = io_error(std::move(written.error().message));
+        if (!report) {
+            return tl::make_unexpected(std::move(error));
+        }
+        for (const PendingWrite* write : included) {
+            log_write_error(write->ns, write->key, error);
+        }
+        return {};
+    }
+    for (const PendingWrite* write : included) {
+        m_index.record(write->ns, write->id, small_charge(write->encoded.size()), true);
+    }
+    wake_evictor_if_needed();
+    return {};
+}
+
+tl::expected<void, StoreError> DiskTier::remove_small_copy(std::string_view ns, const Hash128& id) {
+    if (!m_small || !m_small->contains(ns, id)) {
+        return {};
+    }
+    const SmallKeyRef keys[] = {{ns, id}};
+    if (auto erased = m_small->erase(keys); !erased) {
+        return tl::make_unexpected(io_error(std::move(erased.error())));
+    }
+    m_index.erase(id);
+    return {};
+}
+
+tl::expected<std::optional<Entry>, StoreError>
+DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& id, bool touch) {
+    auto bytes = m_small->read(ns, id);
+    if (!bytes) {
+        return tl::make_unexpected(io_error(std::move(bytes.error())));
+    }
+    if (!*bytes) {
+        return std::nullopt;
+    }
+    const Blob stored = Blob::adopt(std::move(**bytes));
+    const auto discard = [&](std::string_view reason) {
+        m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);
+        logger().warn("removing broken small entry {}/{} from {}: {}", ns, id.hex(),
+                      m_small->path(), reason);
+        if (m_small->erase_if_same(ns, id, stored.bytes())) {
+            m_index.erase(id);
+        }
+    };
+    auto decoded = decode(stored);
+    if (!decoded) {
+        discard(decoded.error());
+        return std::nullopt;
+    }
+    if (decoded->ns != ns || decoded->key != key) {
+        // Stored under (ns, id) but for another key: swapped or damaged.
+        discard("it holds another key's entry");
+        return std::nullopt;
+    }
+    if (decoded->entry.expired(now_ms())) {
+        if (m_small->erase_if_same(ns, id, stored.bytes())) {
+            m_index.erase(id);
+        }
+        return std::nullopt;
+    }
+    if (touch) {
+        m_index.record(ns, id, small_charge(stored.size()), true);
+        note_touch(ns, id);
+    }
+    return std::move(decoded->entry);
+}
+
+bool DiskTier::exists_small(std::string_view ns, std::string_view key, const Hash128& id) {
+    const auto bytes = m_small->read(ns, id);
+    if (!bytes || !*bytes) {
+        return false;
+    }
+    const auto header = decode_header(**bytes);
+    return header && header->file_size() == (*bytes)->size() && header->ns == ns &&
+           header->key == key && !header->expired(now_ms());
+}
+
+void DiskTier::note_touch(std::string_view ns, const Hash128& id) {
+    std::lock_guard lock(m_touch_mutex);
+    if (m_touched.size() < k_touch_limit) {
+        m_touched.emplace_back(std::string(ns), id);
+    }
+}
+
+void DiskTier::flush_touches() {
+    std::vector<std::pair<std::string, Hash128>> touched;
+    {
+        std::lock_guard lock(m_touch_mutex);
+        touched.swap(m_touched);
+    }
+    if (!m_small || touched.empty()) {
+        return;
+    }
+    std::vector<SmallKeyRef> keys;
+    keys.reserve(touched.size());
+    for (const auto& [ns, id] : touched) {
+        keys.push_back({ns, id});
+    }
+    m_small->touch(keys, now_ms());
+}
+
+void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
+    if (!m_small) {
+        return;
+    }
+    const std::size_t before = scanned.size();
+    scanned.reserve(before + m_small->size());
+    auto loaded = m_small->load_meta([&](SmallRecord&& record) {
+        if (is_valid_namespace(record.ns)) {
+            scanned.push_back({std::move(record.ns), record.id, small_charge(record.size),
+                               record.atime_ms, true});
+        }
+    });
+    if (!loaded) {
+        logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
+                       "fresh one",
+                       m_small->path(), loaded.error(), m_small->path());
+        m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
+        if (auto recovered = m_small->recover(); !recovered) {
+            logger().error("small-entry store {}: {}", m_small->path(), recovered.error());
+        }
+        scanned.resize(before);
+    }
+}
+
+void DiskTier::migrate(const std::vector<std::pair<std::string, Hash128>>& files) {
+    std::uint64_t moved = 0;
+    for (std::size_t start = 0; start < files.size() && m_small; start += k_migrate_batch) {
+        if (m_stop_requested.load(std::memory_order_relaxed)) {
+            return;
+        }
+        const std::size_t end = std::min(files.size(), start + k_migrate_batch);
+        std::vector<Hash128> ids;
+        for (std::size_t i = start; i < end; ++i) {
+            ids.push_back(files[i].second);
+        }
+        const auto locks = lock_stripes(ids);
+        struct Item {
+            std::string path;
+            UniqueFd fd;
+            std::vector<std::byte> bytes;
+            std::size_t file = 0;
+        };
+        std::vector<Item> items;
+        for (std::size_t i = start; i < end; ++i) {
+            const auto& [ns, id] = files[i];
+            Item item{m_layout.entry_path(ns, id.hex()), {}, {}, i};
+            const std::optional<bool> where = m_index.where(id);
+            if (where == true) {
+                // The entry was written to the store since: the file is the
+                // identical leftover of an interrupted migration, or gone.
+                ::unlink(item.path.c_str());
+                continue;
+            }
+            if (!where) {
+                continue; // removed or evicted since the scan
+            }
+            auto fd = open_fd(item.path, O_RDONLY | O_NOFOLLOW);
+            struct stat info {};
+            if (!fd || ::fstat(fd->get(), &info) != 0 || !S_ISREG(info.st_mode) ||
+                static_cast<std::uint64_t>(info.st_size) > m_options.small_entry_max) {
+                continue;
+            }
+            item.bytes.resize(static_cast<std::size_t>(info.st_size));
+            const auto got = read_at(fd->get(), 0, item.bytes);
+            if (!got || *got != item.bytes.size()) {
+                continue;
+            }
+            const auto decoded = decode(std::span<const std::byte>(item.bytes));
+            if (!decoded) {
+                discard_corrupt(ns, item.path, id, fd->get(), decoded.error());
+                continue;
+            }
+            if (decoded->ns != ns || entry_hash(decoded->ns, decoded->key) != id ||
+                decoded->entry.expired(now_ms())) {
+                continue; // not ours, or for the evictor
+            }
+            item.fd = std::move(*fd);
+            items.push_back(std::move(item));
+        }
+        std::vector<SmallWrite> writes;
+        for (const Item& item : items) {
+            const auto& [ns, id] = files[item.file];
+            struct stat info {};
+            ::fstat(item.fd.get(), &info);
+            writes.push_back(SmallWrite{
+                ns, id, {std::span<const std::byte>(item.bytes), {}, {}}, mtime_ms(info)});
+        }
+        if (writes.empty()) {
+            continue;
+        }
+        if (auto written = m_small->write(writes, now_ms()); !written) {
+            logger().warn("migration of small files into {} stopped: {}", m_small->path(),
+                          written.error().message);
+            return;
+        }
+        // Committed: now the files may go.
+        for (const Item& item : items) {
+            const auto& [ns, id] = files[item.file];
+            remove_if_same(item.path, item.fd.get());
+            m_index.relocate(id, small_charge(item.bytes.size()), true);
+            ++moved;
+        }
+    }
+    if (moved > 0) {
+        logger().info("moved {} small entry files into {}", moved, m_small->path());
+    }
+}
+
+std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims) {
+    if (victims.empty() || !m_small) {
+        victims.clear();
+        return 0;
+    }
+    std::vector<Hash128> ids;
+    for (const auto& victim : victims) {
+        ids.push_back(victim.id);
+    }
+    const auto locks = lock_stripes(ids);
+    std::vector<SmallKeyRef> keys;
+    for (const auto& victim : victims) {
+        // Written again since it was chosen: no longer a victim.
+        if (!m_index.contains(victim.id)) {
+            keys.push_back({victim.ns, victim.id});
+            // A file left behind by an interrupted migration goes too.
+            ::unlink(m_layout.entry_path(victim.ns, victim.id.hex()).c_str());
+        }
+    }
+    std::uint64_t evicted = 0;
+    if (auto erased = m_small->erase(keys); !erased) {
+        logger().warn("cannot evict from {}: {}", m_small->path(), erased.error());
+    } else {
+        evicted = *erased;
+        for (const SmallKeyRef& key : keys) {
+            m_stats.tier(key.ns, TierId::disk).evictions.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    victims.clear();
+    return evicted;
+}
+
+void DiskTier::compact_if_needed(bool at_startup) {
+    if (!m_small) {
+        return;
+    }
+    const std::uint64_t file = m_small->file_bytes();
+    const std::uint64_t used = m_small->used_bytes();
+    const bool needed =
+        at_startup ? file > (1ULL << 20) && (file - std::min(file, used)) * 4 > file
+                   : m_index.file_bytes() + file > m_options.max_size && file > used + 4 * k_page;
+    const auto measure_overhead = [this] {
+        const std::uint64_t size = m_small->file_bytes();
+        const std::uint64_t charged = m_index.small_bytes();
+        m_small_overhead.store(size > charged ? size - charged : 0, std::memory_order_relaxed);
+    };
+    if (!needed) {
+        if (!at_startup && m_index.file_bytes() + file > m_options.max_size) {
+            measure_overhead(); // tight already: the estimate is short
+        }
+        return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    if (auto compacted = m_small->compact(); !compacted) {
+        logger().warn("cannot compact {}: {}", m_small->path(), compacted.error());
+        return;
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    measure_overhead();
+    logger().info("compacted {}: {} -> {} bytes in {} ms", m_small->path(), file,
+                  m_small->file_bytes(), took.count());
+}
+
+void DiskTier::wait_for_migration() {
+    std::unique_lock lock(m_mutex);
+    m_wake.wait(lock, [this] { return m_stop || m_migration_done.load(); });
+}
+
+} // namespace pt2cache::daemon::store

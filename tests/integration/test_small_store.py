@@ -1,0 +1,71 @@
+"""Small entries in small.mdb (LMDB) seen from outside: no file per entry, a
+broken small.mdb replaced while the daemon serves, migration of a cache of
+files (docs/architecture.md, "Small entries in LMDB")."""
+
+from __future__ import annotations
+
+import os
+
+from integ_helpers import NativeClient, drain_disk_queue, entry_files
+from pt2harness import STATUS, wait_for
+
+
+def test_small_entries_make_no_files(make_daemon):
+    d = make_daemon("--set", "memory.max_size=0")
+    conn = NativeClient(d.socket)
+    small = {b"tune-%04d" % i: os.urandom(200) for i in range(500)}
+    conn.put_many("autotune", small)
+    assert conn.put("fx-graph", b"graph", os.urandom(100 << 10)) == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert entry_files(d.cache_dir, "autotune") == []
+    assert len(entry_files(d.cache_dir, "fx-graph")) == 1
+    assert (d.cache_dir / "small.mdb").is_file()
+    for key, value in small.items():
+        assert conn.get("autotune", key) == (STATUS["ok"], value)
+    d.stop()
+    d.start()
+    conn = NativeClient(d.socket)
+    assert conn.stats()["tiers"]["disk"]["count"] == 501
+    assert conn.get("autotune", b"tune-0007") == (STATUS["ok"], small[b"tune-0007"])
+    assert conn.get("autotune", b"absent") == (STATUS["miss"], b"")
+
+
+def test_garbage_small_mdb_is_moved_aside(make_daemon):
+    d = make_daemon("--set", "memory.max_size=0", start=False)
+    d.cache_dir.mkdir(parents=True, exist_ok=True)
+    (d.cache_dir / "small.mdb").write_bytes(os.urandom(256 << 10))
+    d.start()
+    conn = NativeClient(d.socket)
+    assert conn.stats()["daemon"]["small_store_recoveries"] == 1
+    assert (d.cache_dir / "small.mdb.broken").is_file()
+    assert "small-entry store" in d.log() and "moved to" in d.log()
+    assert conn.put("pgo", b"k", b"fresh") == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert conn.get("pgo", b"k") == (STATUS["ok"], b"fresh")
+    assert entry_files(d.cache_dir) == []
+
+
+def test_cache_of_files_migrates_on_first_start(make_daemon):
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.small_entry_max=0")
+    conn = NativeClient(d.socket)
+    small = {b"k%04d" % i: os.urandom(300) for i in range(800)}
+    conn.put_many("autotune", small)
+    big = os.urandom(64 << 10)
+    assert conn.put("fx-graph", b"big", big) == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert len(entry_files(d.cache_dir)) == 801
+    assert not (d.cache_dir / "small.mdb").exists()
+    d.stop()
+
+    migrated = make_daemon("--set", "memory.max_size=0", cache_dir=d.cache_dir, sub="second")
+    conn = NativeClient(migrated.socket)
+    # Readable throughout, then only the large file is left.
+    for key, value in list(small.items())[::40]:
+        assert conn.get("autotune", key) == (STATUS["ok"], value)
+    wait_for(lambda: len(entry_files(migrated.cache_dir)) == 1, timeout=30,
+             what="the small files to move into small.mdb")
+    for key, value in small.items():
+        assert conn.get("autotune", key) == (STATUS["ok"], value)
+    assert conn.get("fx-graph", b"big") == (STATUS["ok"], big)
+    assert conn.stats()["tiers"]["disk"]["count"] == 801
+    assert "moved 800 small entry files" in migrated.log()
