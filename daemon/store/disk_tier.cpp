@@ -314,15 +314,7 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
     }
     const Hash128 id = entry_hash(ns, key);
     if (m_writer) {
-        auto write = std::make_shared<PendingWrite>();
-        write->ns = ns;
-        write->key = key;
-        write->id = id;
-        write->entry = entry;
-        write->encoded = encode_parts(ns, key, write->entry, m_options.compress_threshold,
-                                      m_options.compress_level);
-        write->small = routes_small(write->encoded.size());
-        m_writer->push(std::move(write));
+        m_writer->push(pending_write(ns, key, id, entry));
         return {};
     }
     PendingWrite write;
@@ -362,6 +354,7 @@ std::shared_ptr<PendingWrite> DiskTier::pending_write(std::string_view ns, std::
     write->entry = entry;
     write->encoded =
         encode_parts(ns, key, write->entry, m_options.compress_threshold, m_options.compress_level);
+    write->small = routes_small(write->encoded.size());
     return write;
 }
 
