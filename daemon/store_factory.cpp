@@ -5,7 +5,7 @@
 #include "config/redis_url.hpp"
 #include "daemon/log.hpp"
 #include "daemon/socket_setup.hpp"
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/memory/memory_tier.hpp"
 #include "daemon/store/remote/redis_tier.hpp"
 #include "daemon/store/remote/tls_transport.hpp"

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/memory/memory_tier.hpp"
 #include "daemon/store/single_flight.hpp"
 #include "daemon/store/stats.hpp"

@@ -19,10 +19,10 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
-#include "daemon/store/disk_layout.hpp"
-#include "daemon/store/disk_small_store.hpp"
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
+#include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/log.hpp"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fuzz target: the disk tier's entry files (daemon/store/disk_entry.*).
+// Fuzz target: the disk tier's entry files (daemon/store/disk/disk_entry.*).
 // Invariants: an entry built from the input decodes to itself, raw or
 // compressed, and one changed byte makes it undecodable; arbitrary bytes
 // decode only when their checksum matches, and then re-encode (raw) to the
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/xxh3.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 

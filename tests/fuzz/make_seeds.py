@@ -130,7 +130,7 @@ write("resp", {
     "leading-zero": "*01\r\n$1\r\na\r\n",
 })
 
-# ---- disk entries (daemon/store/disk_entry.hpp) ----
+# ---- disk entries (daemon/store/disk/disk_entry.hpp) ----
 
 
 def entry(ns, key, value, created=1700000000000, expires=0, compress=False):

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/xxh3.hpp"
 #include "tests/daemon/store/alloc_probe.hpp"
 #include "tests/daemon/store/helpers.hpp"

@@ -6,9 +6,9 @@
 #include <thread>
 #include <unistd.h>
 
-#include "daemon/store/disk_entry.hpp"
-#include "daemon/store/disk_layout.hpp"
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
+#include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
 #include "tests/daemon/store/helpers.hpp"
 #include "tests/support/temp_dir.hpp"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <sys/stat.h>
 
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/tier.hpp"
 
 #include <tl/expected.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_index.hpp"
+#include "daemon/store/disk/disk_index.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,10 +9,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
-#include "daemon/store/disk_file.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
+#include "daemon/store/disk/disk_file.hpp"
+#include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
-#include "daemon/store/posix_file.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/store/disk_small_lmdb.hpp"
-#include "daemon/store/disk_small_store.hpp"
+#include "daemon/store/disk/disk_small_lmdb.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
+#include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
-#include "daemon/store/posix_file.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

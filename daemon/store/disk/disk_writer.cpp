@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_writer.hpp"
+#include "daemon/store/disk/disk_writer.hpp"
 
 #include <algorithm>
 #include <cassert>

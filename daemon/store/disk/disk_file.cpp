@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_file.hpp"
+#include "daemon/store/disk/disk_file.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <unistd.h>
 #include <vector>
 
-#include "daemon/store/posix_file.hpp"
+#include "daemon/store/disk/posix_file.hpp"
 
 #include <fmt/format.h>
 

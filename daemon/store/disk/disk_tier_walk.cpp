@@ -10,11 +10,11 @@
 #include <unistd.h>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
-#include "daemon/store/disk_file.hpp"
-#include "daemon/store/disk_tier.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
+#include "daemon/store/disk/disk_file.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
+#include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
-#include "daemon/store/posix_file.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

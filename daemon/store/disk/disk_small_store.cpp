@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // SmallStore's reads and writes; opening, recovery and compaction are in
 // disk_small_store_env.cpp.
-#include "daemon/store/disk_small_store.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <lmdb.h>
 
-#include "daemon/store/disk_small_lmdb.hpp"
+#include "daemon/store/disk/disk_small_lmdb.hpp"
 
 #include <fmt/format.h>
 

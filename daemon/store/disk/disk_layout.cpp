@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_layout.hpp"
+#include "daemon/store/disk/disk_layout.hpp"
 
 #include <charconv>
 

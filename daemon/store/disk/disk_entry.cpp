@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 
 #include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <optional>
 
+#include "daemon/store/disk/zstd_context.hpp"
 #include "daemon/store/xxh3.hpp"
-#include "daemon/store/zstd_context.hpp"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/posix_file.hpp"
+#include "daemon/store/disk/posix_file.hpp"
 
 #include <cerrno>
 #include <dirent.h>

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/tier.hpp"
 #include "daemon/store/xxh3.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "daemon/store/zstd_context.hpp"
+#include "daemon/store/disk/zstd_context.hpp"
 
 #include <new>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/store/disk_small_store.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
 
 #include <fmt/format.h>
 

@@ -36,7 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/store/disk_entry.hpp"
+#include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/tier.hpp"
 #include "daemon/store/xxh3.hpp"
 

@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/store/disk_index.hpp"
-#include "daemon/store/disk_layout.hpp"
-#include "daemon/store/disk_small_store.hpp"
-#include "daemon/store/disk_writer.hpp"
+#include "daemon/store/disk/disk_index.hpp"
+#include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
+#include "daemon/store/disk/disk_writer.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
