@@ -36,7 +36,7 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
     if (!request) {
         co_return tl::unexpected(request.error());
     }
-    const auto deadline = std::chrono::steady_clock::now() + k_hash_request_budget;
+    const auto deadline = std::chrono::steady_clock::now() + hash_request_budget();
     const std::string manifest_key = std::string(cxx::k_manifest_prefix) + request->common_key;
     auto found = co_await fetch(context, cxx::k_namespace, manifest_key, hit_tier);
     if (!found) {

@@ -2,13 +2,18 @@
 #include "daemon/file_hashes.hpp"
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <memory>
+#include <string_view>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/context.hpp"
+#include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 
 #include <xxhash.h>
@@ -218,13 +223,41 @@ void FileHashCache::reset_counters() {
     m_counters = FileHashCounters{};
 }
 
+std::chrono::milliseconds hash_request_budget() {
+    static const std::chrono::milliseconds budget = [] {
+        const std::chrono::milliseconds standard = k_hash_request_budget;
+        constexpr const char* k_variable = "PT2CACHED_DEBUG_HASH_BUDGET_MS";
+        const char* text = std::getenv(k_variable);
+        if (text == nullptr) {
+            return standard;
+        }
+#ifdef NDEBUG
+        logger("cxx").warn("{} is ignored: this pt2cached is a release build", k_variable);
+        return standard;
+#else
+        std::int64_t ms = -1;
+        const std::string_view view(text);
+        const auto [end, ec] = std::from_chars(view.data(), view.data() + view.size(), ms);
+        if (ec != std::errc() || end != view.data() + view.size() || ms < 0 || ms > 60'000) {
+            logger("cxx").warn("{}=\"{}\" is ignored: expected milliseconds, 0 to 60000",
+                               k_variable, text);
+            return standard;
+        }
+        logger("cxx").warn("{}: file hashing limited to {} ms per request (a debug hook)",
+                           k_variable, ms);
+        return std::chrono::milliseconds(ms);
+#endif
+    }();
+    return budget;
+}
+
 awaitable<tl::expected<std::vector<std::byte>, proto::Error>>
 serve_hash_files(Context& context, std::span<const std::byte> body) {
     auto paths = proto::parse_hash_files(body);
     if (!paths) {
         co_return tl::unexpected(paths.error());
     }
-    const auto deadline = std::chrono::steady_clock::now() + k_hash_request_budget;
+    const auto deadline = std::chrono::steady_clock::now() + hash_request_budget();
     auto hashes = co_await offload(*context.blocking,
                                    [&] { return context.file_hashes.hash_all(*paths, deadline); });
     co_return proto::encode_hash_files_body(hashes);

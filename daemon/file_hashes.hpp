@@ -28,6 +28,12 @@ struct Context;
 // How long one request (HASH_FILES, CXX_LOOKUP) may spend hashing files.
 inline constexpr std::chrono::seconds k_hash_request_budget{2};
 
+// The budget in force: k_hash_request_budget, or in debug builds (NDEBUG
+// undefined) PT2CACHED_DEBUG_HASH_BUDGET_MS when set to an integer from 0 to
+// 60000, so that a test can make CXX_LOOKUP answer UNDECIDED and HASH_FILES
+// SKIPPED (docs/cxx.md). Read once; release builds ignore the variable.
+std::chrono::milliseconds hash_request_budget();
+
 // Identity of a file's content as stat sees it.
 struct FileStamp {
     std::uint64_t dev = 0;

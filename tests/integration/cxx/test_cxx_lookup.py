@@ -123,3 +123,34 @@ def test_launcher_hit_is_one_lookup_request(daemon, tmp_root):
     assert (tmp_root / "k.o").read_bytes() == built
     # The second snapshot adds its own HELLO and STATS.
     assert after["daemon"]["requests"] - before["daemon"]["requests"] == 3 + 2
+
+
+def test_undecided_lookup_falls_back_to_the_launchers_own_matching(make_daemon, tmp_root):
+    """A daemon that cannot hash within its budget (here the debug hook makes it
+    0 ms) answers CXX_LOOKUP with UNDECIDED and HASH_FILES with SKIPPED: the
+    launcher then hashes the inputs itself, hits with the stored bytes, and
+    misses once an input changed."""
+    daemon = make_daemon(env={"PT2CACHED_DEBUG_HASH_BUDGET_MS": "0"})
+    env = launcher_env(daemon, tmp_root / "t", PT2CACHE_CXX_LOG="1")
+    write(tmp_root / "kernel.h", KERNEL_H)
+    write(tmp_root / "k.cpp", KERNEL)
+    args = ["-c", "k.cpp", "-O1", "-o", "k.o"]
+    ok(cxx(args, tmp_root, env))
+    if "is ignored: this pt2cached is a release build" in daemon.log():
+        pytest.skip("the hash-budget hook is compiled out of release builds")
+    built = (tmp_root / "k.o").read_bytes()
+    (tmp_root / "k.o").unlink()
+
+    hit = ok(cxx(args, tmp_root, env))
+    assert b"CXX_LOOKUP undecided: matching here" in hit.stderr, hit.stderr
+    assert re.search(rb"^pt2cache-cxx: hit r-[0-9a-f]{32}$", hit.stderr, re.M), hit.stderr
+    assert (tmp_root / "k.o").read_bytes() == built
+    stats = daemon.stats()
+    assert stats["compile"]["cxx"]["builds"] == 1
+    assert stats["file_hashes"]["hashed"] == 0  # nothing was hashed by the daemon
+
+    write(tmp_root / "kernel.h", KERNEL_H + "#define MORE 1\n")
+    changed = ok(cxx(args, tmp_root, env))
+    assert b"CXX_LOOKUP undecided: matching here" in changed.stderr, changed.stderr
+    assert b"miss: no manifest variant matches the inputs" in changed.stderr, changed.stderr
+    assert daemon.stats()["compile"]["cxx"]["builds"] == 2
