@@ -150,7 +150,7 @@ awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
 }
 
 awaitable<bool> Connection::make_room(OutputBatch& batch) {
-    if (batch.size() + m_queued_bytes <= k_max_queued_output) {
+    if (!needs_room(batch)) {
         co_return true;
     }
     if (!send(batch)) {

@@ -63,6 +63,10 @@ public:
     // pass k_max_queued_output, sends `batch` and waits for the writer to
     // bring the queue under it. False when the peer is gone.
     awaitable<bool> make_room(OutputBatch& batch);
+    // Whether make_room(batch) would have to wait or send.
+    bool needs_room(const OutputBatch& batch) const {
+        return batch.size() + m_queued_bytes > k_max_queued_output;
+    }
 
     // Replies queued beyond this wait for the writer before more requests
     // are read (a client that never reads cannot make us buffer without end).

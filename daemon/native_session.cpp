@@ -37,6 +37,10 @@ constexpr std::size_t k_body_step = 1 << 20;
 
 constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
 
+// Values a quick PUT takes (NativeSession::quick); its copy is lost when the
+// store cannot put at once, so larger ones go straight to handle_put.
+constexpr std::size_t k_quick_value_max = 16 * 1024;
+
 // Best-configs up to this size join a bundle on the Asio thread (parsing a
 // few hundred bytes of JSON costs less than a trip to the worker pool).
 constexpr std::size_t k_inline_join = 16 * 1024;
@@ -83,6 +87,20 @@ private:
     awaitable<std::shared_ptr<std::vector<std::byte>>>
     receive_body(const proto::Header& header, std::span<const std::byte> first,
                  InflightLease& lease);
+    // A GET or PUT without a bundle token that the store answers at once (a
+    // memory hit, a miss its indexes prove, a put with room in the write
+    // queue), served without a coroutine frame or a scheduler hop, so that a
+    // pipeline of them is answered in one pass. Whether the connection
+    // stays open, or nullopt: nothing was done; take handle().
+    std::optional<bool> quick(const proto::Header& header, std::span<const std::byte> body);
+    // The reply to a GET; counts the compile-cache lookup.
+    void answer_get(const proto::Header& header, std::string_view ns, std::string_view key,
+                    std::optional<store::Entry>& entry);
+    // The entry a PUT stores (value borrowed from `owner` when given, else copied).
+    static store::Entry put_entry(const proto::PutRequest& request, const Owner& owner);
+    // The reply to a PUT; returns whether the connection stays open.
+    bool answer_put(const proto::Header& header, std::string_view ns, std::string_view key,
+                    const tl::expected<store::PutOutcome, store::StoreError>& outcome);
     awaitable<bool> handle_get(const proto::Header& header, std::span<const std::byte> body);
     awaitable<bool> handle_put(const proto::Header& header, std::span<const std::byte> body,
                                const Owner& owner);
@@ -172,7 +190,13 @@ awaitable<void> NativeSession::run() {
                 continue;
             }
             const auto& frame = std::get<proto::Frame>(result);
-            const bool keep = co_await handle(frame.header, frame.body, nullptr);
+            // Plain statements: GCC 12 miscompiles a co_await in a condition.
+            bool keep = true;
+            if (const auto served = quick(frame.header, frame.body)) {
+                keep = *served;
+            } else {
+                keep = co_await handle(frame.header, frame.body, nullptr);
+            }
             measured();
             input.consume(frame.consumed);
             want = 0;
@@ -180,9 +204,11 @@ awaitable<void> NativeSession::run() {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
-            const bool room = co_await m_connection.make_room(m_out);
-            if (!room) {
-                co_return;
+            if (m_connection.needs_room(m_out)) {
+                const bool room = co_await m_connection.make_room(m_out);
+                if (!room) {
+                    co_return;
+                }
             }
         }
         if (!co_await m_connection.next_batch(m_out, want)) {
@@ -262,6 +288,85 @@ void NativeSession::measured() {
     } else {
         m_latency.finish(m_measured_ns, m_measured_op, m_measured_tier, m_measured_result);
     }
+}
+
+std::optional<bool> NativeSession::quick(const proto::Header& header,
+                                         std::span<const std::byte> body) {
+    if (!m_greeted || (header.op != Op::get && header.op != Op::put)) {
+        return std::nullopt;
+    }
+    m_measured_ns = {};
+    m_measured_tier = LatencyTier::none;
+    m_measured_result = RequestResult::ok;
+    if (header.op == Op::get) {
+        const auto request = proto::parse_get(header, body);
+        if (!request || request->bundle_token) {
+            return std::nullopt;
+        }
+        const auto [ns, key] = request->target;
+        auto found = store().get_quick(ns, key, &m_measured_tier);
+        if (!found) {
+            return std::nullopt;
+        }
+        m_context.stats.daemon().requests++;
+        measure(ns, LatencyOp::get);
+        answer_get(header, ns, key, *found);
+        return true;
+    }
+    const auto request = proto::parse_put(header, body, m_context.limits());
+    if (!request || request->bundle_token || request->only_if_absent ||
+        request->value.size() > k_quick_value_max) {
+        return std::nullopt;
+    }
+    store::Entry entry = put_entry(*request, nullptr);
+    const auto [ns, key] = request->target;
+    auto outcome = store().put_quick(ns, key, entry, store::PutMode::overwrite);
+    if (!outcome) {
+        return std::nullopt;
+    }
+    m_context.stats.daemon().requests++;
+    measure(ns, LatencyOp::put);
+    return answer_put(header, ns, key, *outcome);
+}
+
+void NativeSession::answer_get(const proto::Header& header, std::string_view ns,
+                               std::string_view key, std::optional<store::Entry>& entry) {
+    const auto hit_bytes = entry ? entry->value.bytes() : std::span<const std::byte>();
+    m_context.compile.on_get(ns, key, entry ? &hit_bytes : nullptr);
+    if (!entry) {
+        reply(header, Status::miss);
+        return;
+    }
+    proto::encode_response_header(m_out.bytes(), header.op, header.id, Status::ok,
+                                  entry->value.size());
+    m_out.append_blob(std::move(entry->value));
+}
+
+store::Entry NativeSession::put_entry(const proto::PutRequest& request, const Owner& owner) {
+    store::Entry entry;
+    entry.value = owner ? store::Blob(owner, request.value) : store::Blob::copy_of(request.value);
+    entry.created_ms = store::now_ms();
+    // A TTL past the end of time means no expiry, not an overflow into the past.
+    const auto room =
+        static_cast<std::uint64_t>(std::numeric_limits<store::UnixMs>::max() - entry.created_ms);
+    if (request.ttl_ms != 0 && request.ttl_ms < room) {
+        entry.expires_ms = entry.created_ms + static_cast<store::UnixMs>(request.ttl_ms);
+    }
+    return entry;
+}
+
+bool NativeSession::answer_put(const proto::Header& header, std::string_view ns,
+                               std::string_view key,
+                               const tl::expected<store::PutOutcome, store::StoreError>& outcome) {
+    if (!outcome) {
+        return fail(header, {Status::storage_error, outcome.error().message});
+    }
+    const bool stored = *outcome == store::PutOutcome::stored;
+    if (stored) {
+        m_context.compile.on_put(ns, key);
+    }
+    reply(header, stored ? Status::ok : Status::not_stored);
+    return true;
 }
 
 awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<const std::byte> body,
@@ -374,14 +479,8 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
         co_return fail(header, {Status::storage_error, found.error().message});
     }
     auto& entry = *found;
-    const auto hit_bytes = entry ? entry->value.bytes() : std::span<const std::byte>();
-    m_context.compile.on_get(ns, key, entry ? &hit_bytes : nullptr);
-    if (!entry) {
-        reply(header, Status::miss);
-        co_return true;
-    }
     // A hit joins the bundle: kernels compiled before are bundled too.
-    if (token && joins_bundle(ns, key)) {
+    if (entry && token && joins_bundle(ns, key)) {
         const auto text = entry->value.text();
         if (text.size() <= k_inline_join) {
             join_bundle(bundles(), *token, ns, key, text);
@@ -392,9 +491,7 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
             });
         }
     }
-    proto::encode_response_header(m_out.bytes(), header.op, header.id, Status::ok,
-                                  entry->value.size());
-    m_out.append_blob(std::move(entry->value));
+    answer_get(header, ns, key, entry);
     co_return true;
 }
 
@@ -408,15 +505,7 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
     if (token && !bundles().touch(*token)) {
         co_return fail(header, unknown_token(*token));
     }
-    store::Entry entry;
-    entry.value = owner ? store::Blob(owner, request->value) : store::Blob::copy_of(request->value);
-    entry.created_ms = store::now_ms();
-    // A TTL past the end of time means no expiry, not an overflow into the past.
-    const auto room =
-        static_cast<std::uint64_t>(std::numeric_limits<store::UnixMs>::max() - entry.created_ms);
-    if (request->ttl_ms != 0 && request->ttl_ms < room) {
-        entry.expires_ms = entry.created_ms + static_cast<store::UnixMs>(request->ttl_ms);
-    }
+    store::Entry entry = put_entry(*request, owner);
     const auto mode =
         request->only_if_absent ? store::PutMode::only_if_absent : store::PutMode::overwrite;
     const auto [ns, key] = request->target;
@@ -435,14 +524,7 @@ awaitable<bool> NativeSession::handle_put(const proto::Header& header,
             return result;
         });
     }
-    if (!*outcome) {
-        co_return fail(header, {Status::storage_error, outcome->error().message});
-    }
-    if (**outcome == store::PutOutcome::stored) {
-        m_context.compile.on_put(ns, key);
-    }
-    reply(header, **outcome == store::PutOutcome::stored ? Status::ok : Status::not_stored);
-    co_return true;
+    co_return answer_put(header, ns, key, *outcome);
 }
 
 awaitable<bool> NativeSession::handle_key_op(const proto::Header& header,

@@ -23,6 +23,10 @@ using proto::resp::Writer;
 // What a command may hold beyond its value (command name, key, options).
 constexpr std::uint64_t k_command_slack = 1 << 20;
 
+// Values a quick SET takes (RespSession::quick); its copy is lost when the
+// store cannot put at once, so larger ones go straight to the full path.
+constexpr std::size_t k_quick_value_max = 16 << 10;
+
 std::string upper(std::string_view text) {
     std::string out(text);
     std::transform(out.begin(), out.end(), out.begin(),
@@ -37,6 +41,14 @@ std::optional<std::int64_t> to_int(std::string_view text) {
         return std::nullopt;
     }
     return value;
+}
+
+// Whether `name` is the command `upper_name` (given in upper case), in any case.
+bool is_command(std::string_view name, std::string_view upper_name) {
+    return name.size() == upper_name.size() &&
+           std::equal(name.begin(), name.end(), upper_name.begin(), [](char a, char b) {
+               return std::toupper(static_cast<unsigned char>(a)) == b;
+           });
 }
 
 // The namespaced key for a Redis key, or nullopt when it cannot be stored
@@ -108,7 +120,15 @@ awaitable<void> RespSession::run() {
                 co_return;
             }
             const auto& command = std::get<proto::resp::Command>(result);
-            const auto next = command.args.empty() ? Next::keep : co_await execute(command.args);
+            // Plain statements: GCC 12 miscompiles a co_await in a condition.
+            auto next = Next::keep;
+            if (!command.args.empty()) {
+                if (const auto served = quick(command.args)) {
+                    next = *served;
+                } else {
+                    next = co_await execute(command.args);
+                }
+            }
             input.consume(command.consumed);
             want = 0;
             parse_at = 1;
@@ -116,9 +136,11 @@ awaitable<void> RespSession::run() {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
-            const bool room = co_await m_connection.make_room(m_out);
-            if (!room) {
-                co_return;
+            if (m_connection.needs_room(m_out)) {
+                const bool room = co_await m_connection.make_room(m_out);
+                if (!room) {
+                    co_return;
+                }
             }
         }
         const bool more = co_await m_connection.next_batch(m_out, want);
@@ -126,6 +148,65 @@ awaitable<void> RespSession::run() {
             co_return;
         }
     }
+}
+
+std::optional<RespSession::Next> RespSession::quick(Args args) {
+    const bool is_get = args.size() == 2 && is_command(args[0], "GET");
+    const bool is_set = args.size() == 3 && is_command(args[0], "SET");
+    if ((!is_get && !is_set) || m_in_multi || !authenticated()) {
+        return std::nullopt;
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        return std::nullopt;
+    }
+    auto& store = *m_context.store;
+    Writer reply(m_out.bytes(), m_version);
+    m_latency.mark();
+    if (is_get) {
+        auto tier = store::LatencyTier::none;
+        auto found = store.get_quick(mapped->ns, mapped->key, &tier);
+        if (!found) {
+            return std::nullopt;
+        }
+        m_context.stats.daemon().requests++;
+        auto& entry = *found;
+        if (!entry) {
+            reply.null();
+            m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::miss);
+            return Next::keep;
+        }
+        reply.bulk_header(entry->value.size());
+        m_out.append_blob(std::move(entry->value));
+        reply.crlf();
+        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::ok);
+        return Next::keep;
+    }
+    if (args[2].size() > k_quick_value_max) {
+        return std::nullopt; // larger values are compressed: not quick, and not copied twice
+    }
+    store::Entry entry;
+    entry.value = store::Blob::copy_of(args[2]);
+    entry.created_ms = store::now_ms();
+    auto outcome = store.put_quick(mapped->ns, mapped->key, entry, store::PutMode::overwrite);
+    if (!outcome) {
+        return std::nullopt;
+    }
+    m_context.stats.daemon().requests++;
+    if (!*outcome) {
+        m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                         store::RequestResult::error);
+        return refuse("SET", outcome->error().message);
+    }
+    const bool stored = **outcome == store::PutOutcome::stored;
+    if (stored) {
+        reply.simple("OK");
+    } else {
+        reply.null();
+    }
+    m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                     stored ? store::RequestResult::ok : store::RequestResult::miss);
+    return Next::keep;
 }
 
 awaitable<RespSession::Next> RespSession::execute(Args args) {

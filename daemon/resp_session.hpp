@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ private:
     using Args = std::span<const std::string_view>;
 
     awaitable<Next> execute(Args args);
+    // A GET, or a SET without options, that the store answers at once (a
+    // memory hit, a miss its indexes prove, a put with room in the write
+    // queue), served without a coroutine frame or a scheduler hop, so that a
+    // pipeline of them is answered in one pass. nullopt: nothing was done;
+    // take execute().
+    std::optional<Next> quick(Args args);
     // Runs one command (after authentication and MULTI queueing).
     awaitable<Next> dispatch(const std::string& name, Args args);
     // MULTI, EXEC, DISCARD; queueing inside a transaction.

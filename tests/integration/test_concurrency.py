@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 
+import pytest
 import redis
 
 from integ_helpers import NativeClient, put_body
@@ -238,6 +239,50 @@ def test_a_redis_py_pipeline_of_large_values_does_not_deadlock(make_daemon):
     assert replies[:12] == [big] * 12
     assert replies[12] is True and replies[13] == b"h" * (6 << 20)
     client.close()
+
+
+@pytest.mark.parametrize("memory", ["256MiB", "0"], ids=["memory-tier", "disk-only"])
+def test_a_pipeline_mixing_quick_and_slow_commands_keeps_its_order(make_daemon, memory):
+    """One write of commands served in one pass (memory hits, proven misses,
+    small SETs) and commands that need the worker pool (DEL, EXISTS, a SET
+    with options, a GET from the disk tier, a 100 KiB value): every reply in
+    order, each seeing the commands before it, over RESP and the native
+    protocol."""
+    d = make_daemon("--set", f"memory.max_size={memory}")
+    client = redis.Redis(unix_socket_path=str(d.socket), socket_timeout=20)
+    large = os.urandom(100 << 10)
+    pipe = client.pipeline(transaction=False)
+    for i in range(3):
+        pipe.set("order:k", f"v{i}")
+        pipe.get("order:k")
+    pipe.set("order:k", "ex", ex=100)
+    pipe.get("order:k")
+    pipe.delete("order:k")
+    pipe.get("order:k")
+    pipe.exists("order:k")
+    pipe.set("order:big", large)
+    pipe.get("order:big")
+    pipe.get("order:none")
+    assert pipe.execute() == [True, b"v0", True, b"v1", True, b"v2", True, b"ex", 1, None, 0,
+                              True, large, None]
+    client.close()
+
+    c = NativeClient(d.socket, timeout=20)
+    data = bytearray()
+    for i in range(3):
+        data += frame(OP["put"], put_body("pgo", b"k", b"n%d" % i), rid=10 * i)
+        data += frame(OP["get"], key_body("pgo", b"k"), rid=10 * i + 1)
+    data += frame(OP["delete"], key_body("pgo", b"k"), rid=40)
+    data += frame(OP["get"], key_body("pgo", b"k"), rid=41)
+    c.send(bytes(data))
+    for i in range(3):
+        assert c.reply()[1:3] == (STATUS["ok"], 10 * i)
+        assert c.reply()[1:] == (STATUS["ok"], 10 * i + 1, b"n%d" % i)
+    assert c.reply()[1:3] == (STATUS["ok"], 40)
+    assert c.reply()[1:3] == (STATUS["miss"], 41)
+    c.close()
+    stats = d.stats()
+    assert stats["daemon"]["protocol_errors"] == 0
 
 
 def test_a_client_that_never_reads_is_bounded_and_loses_nothing(make_daemon):
