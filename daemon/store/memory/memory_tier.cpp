@@ -27,6 +27,14 @@ std::string MemoryTier::make_id(std::string_view ns, std::string_view key) {
     return id;
 }
 
+std::string_view MemoryTier::scratch_id(std::string_view ns, std::string_view key) {
+    thread_local std::string id;
+    id.assign(ns);
+    id.push_back('\0');
+    id.append(key);
+    return id;
+}
+
 void MemoryTier::unlink_locked(Map::iterator it, List& out) {
     const List::iterator node = it->second;
     m_size -= node->charge;
@@ -45,8 +53,19 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
     if (!enabled()) {
         return std::nullopt;
     }
-    const std::string id = make_id(ns, key);
+    const std::string_view id = scratch_id(ns, key);
     const UnixMs now = now_ms();
+    {
+        std::shared_lock lock(m_mutex);
+        const auto it = m_map.find(id);
+        if (it == m_map.end()) {
+            return std::nullopt;
+        }
+        const Node& node = *it->second;
+        if (!node.entry.expired(now) && recent_locked(node)) {
+            return node.entry; // copies a pointer, not the bytes
+        }
+    }
     List dropped; // destroyed after the lock is released
     std::lock_guard lock(m_mutex);
     const auto it = m_map.find(id);
@@ -58,6 +77,7 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
         return std::nullopt;
     }
     m_lru.splice(m_lru.begin(), m_lru, it->second);
+    it->second->placed = ++m_clock;
     return it->second->entry; // copies a pointer, not the bytes
 }
 
@@ -92,6 +112,7 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
             // served after a newer put.
             return {};
         }
+        fresh.front().placed = ++m_clock;
         m_lru.splice(m_lru.begin(), fresh);
         m_map.insert(std::move(map_node));
         m_size += charge;
@@ -107,7 +128,7 @@ tl::expected<bool, StoreError> MemoryTier::remove(std::string_view ns, std::stri
     if (!enabled()) {
         return false;
     }
-    const std::string id = make_id(ns, key);
+    const std::string_view id = scratch_id(ns, key);
     List removed;
     std::lock_guard lock(m_mutex);
     const auto it = m_map.find(id);
@@ -137,9 +158,9 @@ bool MemoryTier::contains(std::string_view ns, std::string_view key) const {
     if (!enabled()) {
         return false;
     }
-    const std::string id = make_id(ns, key);
+    const std::string_view id = scratch_id(ns, key);
     const UnixMs now = now_ms();
-    std::lock_guard lock(m_mutex);
+    std::shared_lock lock(m_mutex);
     const auto it = m_map.find(id);
     return it != m_map.end() && !it->second->entry.expired(now);
 }
@@ -151,7 +172,7 @@ ListPage MemoryTier::list(std::string_view ns, std::string_view cursor, std::siz
     {
         // Listing is an administrative request; copying keys under the lock
         // is acceptable here.
-        std::lock_guard lock(m_mutex);
+        std::shared_lock lock(m_mutex);
         for (const Node& node : m_lru) {
             if (node.ns() == ns && !node.entry.expired(now) && node.key() > cursor) {
                 all.push_back(
@@ -171,12 +192,12 @@ ListPage MemoryTier::list(std::string_view ns, std::string_view cursor, std::siz
 }
 
 std::uint64_t MemoryTier::size_bytes() const {
-    std::lock_guard lock(m_mutex);
+    std::shared_lock lock(m_mutex);
     return m_size;
 }
 
 std::size_t MemoryTier::count() const {
-    std::lock_guard lock(m_mutex);
+    std::shared_lock lock(m_mutex);
     return m_map.size();
 }
 

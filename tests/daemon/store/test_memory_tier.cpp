@@ -58,6 +58,40 @@ TEST_CASE("memory tier evicts the least recently used entry", "[store][memory]")
     CHECK(stats.tier("t", TierId::memory).evictions == 2);
 }
 
+TEST_CASE("memory tier moves a hit to the front unless it is among the newest quarter",
+          "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(100 * k_charge, stats);
+    // Two-byte keys, so that every entry is charged k_charge: "00".."99", then
+    // "a0".."j9" for the puts that evict.
+    const auto old_key = [](int i) { return fmt::format("{:02}", i); };
+    const auto new_key = [](int i) { return fmt::format("{}{}", char('a' + i / 10), i % 10); };
+    for (int i = 0; i < 100; ++i) {
+        REQUIRE(tier.put("t", old_key(i), make_entry(random_bytes(100, i))));
+    }
+    // "90" is among the newest 25: its hit leaves it in place. "00", the
+    // oldest, moves to the front.
+    REQUIRE(has(tier, old_key(90)));
+    REQUIRE(has(tier, old_key(0)));
+    // So the evictions take "01".."99" in put order (an exact LRU would keep
+    // "90" until after "99"), then "00".
+    for (int i = 0; i < 90; ++i) {
+        REQUIRE(tier.put("t", new_key(i), make_entry(random_bytes(100, 100 + i))));
+    }
+    CHECK_FALSE(tier.contains("t", old_key(90)));
+    CHECK(tier.contains("t", old_key(91)));
+    CHECK(tier.contains("t", old_key(0)));
+    for (int i = 90; i < 99; ++i) {
+        REQUIRE(tier.put("t", new_key(i), make_entry(random_bytes(100, 100 + i))));
+    }
+    CHECK_FALSE(tier.contains("t", old_key(99)));
+    CHECK(tier.contains("t", old_key(0)));
+    CHECK(tier.count() == 100);
+    REQUIRE(tier.put("t", new_key(99), make_entry(random_bytes(100, 199))));
+    CHECK_FALSE(tier.contains("t", old_key(0)));
+    CHECK(stats.tier("t", TierId::memory).evictions == 100);
+}
+
 TEST_CASE("memory tier stays within its byte bound", "[store][memory]") {
     Stats stats;
     const std::uint64_t capacity = 10'000;
