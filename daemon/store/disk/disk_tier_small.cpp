@@ -121,9 +121,14 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
     writes.reserve(batch.size());
     for (const PendingWrite* write : batch) {
         // One entry, one store: the file copy goes first. If it cannot go,
-        // the new bytes are not written (the file would outlive them).
-        const std::string path = m_layout.entry_path(write->ns, write->id.hex());
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+        // the new bytes are not written (the file would outlive them). Once
+        // the scan is complete the index knows every file (the daemon owns
+        // the directory, and this entry's stripe is held): no unlink when it
+        // records none.
+        const bool may_have_file = !scan_complete() || m_index.where(write->id) == false;
+        const std::string path =
+            may_have_file ? m_layout.entry_path(write->ns, write->id.hex()) : std::string();
+        if (may_have_file && ::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
             auto error = io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno)));
             if (!report) {
                 return tl::make_unexpected(std::move(error));
