@@ -9,8 +9,12 @@
 //       small.mdb, then the time from constructing the disk tier (what the
 //       daemon does at start) until its index answers a miss from memory
 //       (known_absent), three runs.
+//   small_store_bench fill N DIR  only writes those N entries, into
+//       DIR/cache/small.mdb, and keeps DIR (tests/bench/daemon-startup-bench
+//       then times whole daemons on it).
 //
-// DIR (default: a fresh directory under $TMPDIR or /tmp) is removed after.
+// DIR (default: a fresh directory under $TMPDIR or /tmp) is removed after,
+// except by fill.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -92,8 +96,8 @@ int inodes(std::size_t count, const fs::path& base) {
     return 0;
 }
 
-int startup(std::size_t count, const fs::path& base) {
-    const fs::path root = base / "cache";
+// N 200-byte "autotune" entries written straight into root/small.mdb.
+int fill(std::size_t count, const fs::path& root) {
     fs::create_directories(root);
     {
         bool recovered = false;
@@ -128,6 +132,14 @@ int startup(std::size_t count, const fs::path& base) {
     }
     const Usage usage = usage_of(root);
     fmt::print("{} entries of 200 B in small.mdb: {:.1f} MiB\n", count, usage.du_bytes / 1048576.0);
+    return 0;
+}
+
+int startup(std::size_t count, const fs::path& base) {
+    const fs::path root = base / "cache";
+    if (const int rc = fill(count, root); rc != 0) {
+        return rc;
+    }
     for (int run = 0; run < 3; ++run) {
         Stats stats;
         const auto started = Clock::now();
@@ -152,8 +164,9 @@ int startup(std::size_t count, const fs::path& base) {
 int main(int argc, char** argv) {
     logger().set_level(spdlog::level::warn);
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode != "inodes" && mode != "startup") {
-        std::fprintf(stderr, "usage: small_store_bench inodes|startup [N] [DIR]\n");
+    if (mode != "inodes" && mode != "startup" && !(mode == "fill" && argc == 4)) {
+        std::fprintf(stderr, "usage: small_store_bench inodes|startup [N] [DIR]\n"
+                             "       small_store_bench fill N DIR\n");
         return 2;
     }
     const std::size_t count = argc > 2           ? std::stoul(argv[2])
@@ -164,6 +177,9 @@ int main(int argc, char** argv) {
                                    : fs::path(tmp != nullptr ? tmp : "/tmp") /
                                          fmt::format("small-store-bench-{}", ::getpid());
     fs::create_directories(base);
+    if (mode == "fill") {
+        return fill(count, base / "cache");
+    }
     const int rc = mode == "inodes" ? inodes(count, base) : startup(count, base);
     fs::remove_all(base);
     return rc;
