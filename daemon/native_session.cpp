@@ -37,8 +37,10 @@ constexpr std::size_t k_body_step = 1 << 20;
 
 constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
 
-// Values a quick PUT takes (NativeSession::quick); its copy is lost when the
-// store cannot put at once, so larger ones go straight to handle_put.
+// Values a quick PUT takes (NativeSession::quick). Larger ones go straight to
+// handle_put: they are the ones likely to need compression (at
+// disk.compress_threshold) or room the write queue lacks, and a quick try
+// that fails loses its copy of the value.
 constexpr std::size_t k_quick_value_max = 16 * 1024;
 
 // Best-configs up to this size join a bundle on the Asio thread (parsing a

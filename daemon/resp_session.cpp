@@ -23,8 +23,10 @@ using proto::resp::Writer;
 // What a command may hold beyond its value (command name, key, options).
 constexpr std::uint64_t k_command_slack = 1 << 20;
 
-// Values a quick SET takes (RespSession::quick); its copy is lost when the
-// store cannot put at once, so larger ones go straight to the full path.
+// Values a quick SET takes (RespSession::quick). Larger ones go straight to
+// the full path: they are the ones likely to need compression (at
+// disk.compress_threshold) or room the write queue lacks, and a quick try
+// that fails loses its copy of the value.
 constexpr std::size_t k_quick_value_max = 16 << 10;
 
 std::string upper(std::string_view text) {
@@ -183,7 +185,7 @@ std::optional<RespSession::Next> RespSession::quick(Args args) {
         return Next::keep;
     }
     if (args[2].size() > k_quick_value_max) {
-        return std::nullopt; // larger values are compressed: not quick, and not copied twice
+        return std::nullopt; // see k_quick_value_max
     }
     store::Entry entry;
     entry.value = store::Blob::copy_of(args[2]);
