@@ -9,6 +9,8 @@ namespace {
 
 // Files merged per lock acquisition, so requests are not held up by a big scan.
 constexpr std::size_t k_merge_batch = 4096;
+// How many records merge_scan fetches ahead of the one it indexes.
+constexpr std::size_t k_prefetch_ahead = 8;
 
 } // namespace
 
@@ -136,6 +138,14 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
         const std::size_t end = std::min(order.size(), start + k_merge_batch);
         std::lock_guard lock(m_mutex);
         for (std::size_t i = start; i < end; ++i) {
+            // `order` visits `scanned` at random: fetch a few records ahead
+            // (a miss per record was a sixth of a 1 M-entry start).
+            if (i + k_prefetch_ahead < order.size()) {
+                const auto* ahead =
+                    reinterpret_cast<const char*>(&scanned[order[i + k_prefetch_ahead].second]);
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + sizeof(ScannedFile) - 1);
+            }
             const ScannedFile& file = scanned[order[i].second];
             if (!m_erased_while_scanning.empty() && m_erased_while_scanning.contains(file.id)) {
                 continue;
