@@ -381,6 +381,7 @@ def test_bundle_through_redis_reaches_a_fresh_daemon(make_daemon, redis_server):
     first.stop()
 
     fresh = make_daemon(*remote, sub="fresh")
+    fresh.wait_remote()  # else the bundle may be missed, not read
     conn = BundleClient(fresh.socket)
     _, hit, entries, saved = conn.begin(code_hash)
     assert (hit, entries) == (True, len(configs))

@@ -135,6 +135,13 @@ class Daemon:
         out = self.cli("stats", "--json", check=True)
         return json.loads(out.stdout)
 
+    def wait_remote(self, prefix: str = "connected", timeout=20.0):
+        """Waits until the remote tier's state starts with `prefix`. A fresh
+        daemon answers remote reads locally (a miss) until its first
+        connection to Redis has succeeded, in the background."""
+        wait_for(lambda: self.stats()["remote"]["state"].startswith(prefix), timeout=timeout,
+                 interval=0.05, what=f"remote state {prefix!r}")
+
 
 def run_cli(*args: str, input: bytes | None = None, check=False, timeout=30):
     return subprocess.run([PT2CACHE_CLI, *args], input=input, capture_output=True, check=check,

@@ -290,6 +290,7 @@ def test_malformed_bundle_in_redis_is_a_counted_miss(make_daemon, redis_server, 
     d = make_daemon(env=remote_env, sub="garbage")
     if not bundle_ops_available(d.socket):
         pytest.skip("pt2cached answers BUNDLE_BEGIN with UNKNOWN_OP: bundles have not landed")
+    d.wait_remote()  # else the bundle may be missed, not read
     client = pt2cache.Client(d.socket, strict=True)
     begin = client.bundle_begin(module, BACKEND)  # no exception, strict as it is
     assert begin.ok and not begin.hit and begin.entries == 0

@@ -13,7 +13,7 @@ import struct
 import threading
 import time
 
-from pt2harness import HEADER, MAGIC, OP, STATUS, RawConnection, frame, key_body, wait_for
+from pt2harness import HEADER, MAGIC, OP, STATUS, RawConnection, frame, key_body
 
 OK = STATUS["ok"]
 MISS = STATUS["miss"]
@@ -98,8 +98,7 @@ def time_to_recover(daemon, timeout=30.0) -> tuple[float, float]:
 
 
 def wait_remote_state(daemon, prefix: str, timeout=20.0):
-    wait_for(lambda: remote_stats(daemon)["state"].startswith(prefix), timeout=timeout,
-             interval=0.05, what=f"remote state {prefix!r}")
+    daemon.wait_remote(prefix, timeout=timeout)
 
 
 class Native:
