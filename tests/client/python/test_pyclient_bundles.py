@@ -206,6 +206,7 @@ def test_eight_processes_one_bundle_restored_by_a_fresh_daemon(make_daemon, redi
 
     second = make_daemon(env=remote_env, sub="second")  # its own, empty cache dir
     assert second.cache_dir != first.cache_dir
+    second.wait_remote()  # else the bundle may be missed, not read
     fresh = pt2cache.Client(second.socket, strict=True)
     hit = fresh.bundle_begin(module, BACKEND)
     assert hit.ok and hit.hit
@@ -266,6 +267,7 @@ def test_inductor_bundle_restored_by_pt2cached(make_daemon, redis_server, remote
     d = make_daemon(env=remote_env, sub="reader")
     if not bundle_ops_available(d.socket):
         pytest.skip("pt2cached answers BUNDLE_BEGIN with UNKNOWN_OP: bundles have not landed")
+    d.wait_remote()  # else the bundle may be missed, not read
     client = pt2cache.Client(d.socket, strict=True)
     hit = client.bundle_begin(module, BACKEND)
     assert hit.hit and hit.entries == 3
