@@ -172,16 +172,7 @@ std::optional<RespSession::Next> RespSession::quick(Args args) {
             return std::nullopt;
         }
         m_context.stats.daemon().requests++;
-        auto& entry = *found;
-        if (!entry) {
-            reply.null();
-            m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::miss);
-            return Next::keep;
-        }
-        reply.bulk_header(entry->value.size());
-        m_out.append_blob(std::move(entry->value));
-        reply.crlf();
-        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::ok);
+        answer_get(mapped->ns, tier, *found);
         return Next::keep;
     }
     if (args[2].size() > k_quick_value_max) {
@@ -401,17 +392,22 @@ awaitable<RespSession::Next> RespSession::get(Args args) {
         m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::error);
         co_return refuse("GET", found.error().message);
     }
-    auto& entry = *found;
+    answer_get(mapped->ns, tier, *found);
+    co_return Next::keep;
+}
+
+void RespSession::answer_get(std::string_view ns, store::LatencyTier tier,
+                             std::optional<store::Entry>& entry) {
+    Writer reply(m_out.bytes(), m_version);
     if (!entry) {
         reply.null();
-        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::miss);
-        co_return Next::keep;
+        m_latency.finish(ns, store::LatencyOp::get, tier, store::RequestResult::miss);
+        return;
     }
     reply.bulk_header(entry->value.size());
     m_out.append_blob(std::move(entry->value));
     reply.crlf();
-    m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::ok);
-    co_return Next::keep;
+    m_latency.finish(ns, store::LatencyOp::get, tier, store::RequestResult::ok);
 }
 
 awaitable<RespSession::Next> RespSession::set(Args args) {

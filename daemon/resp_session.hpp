@@ -19,6 +19,7 @@
 #include "daemon/asio.hpp"
 #include "daemon/io_buffers.hpp"
 #include "daemon/latency_recorder.hpp"
+#include "daemon/store/tier.hpp"
 
 namespace pt2cache::daemon {
 
@@ -52,6 +53,9 @@ private:
 
     // Data commands (resp_session.cpp).
     awaitable<Next> get(Args args);
+    // The reply to a GET (a bulk string, or null for a miss), measured.
+    void answer_get(std::string_view ns, store::LatencyTier tier,
+                    std::optional<store::Entry>& entry);
     awaitable<Next> set(Args args);
     awaitable<Next> mget(Args args);
     awaitable<Next> exists_or_del(Args args, bool del);

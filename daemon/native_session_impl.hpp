@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// The native protocol's session (docs/protocol.md): native_session.cpp reads
+// frames and dispatches them, native_session_data.cpp serves the data and
+// bundle operations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "daemon/asio.hpp"
+#include "daemon/bundles.hpp"
+#include "daemon/connection.hpp"
+#include "daemon/context.hpp"
+#include "daemon/inflight_budget.hpp"
+#include "daemon/io_buffers.hpp"
+#include "daemon/latency_recorder.hpp"
+#include "proto/frame.hpp"
+#include "proto/messages.hpp"
+
+#include <tl/expected.hpp>
+
+namespace pt2cache::daemon::native {
+
+using proto::Op;
+using proto::Status;
+using store::LatencyOp;
+using store::LatencyTier;
+using store::RequestResult;
+
+constexpr std::string_view k_server_name = "pt2cached " PT2CACHE_VERSION;
+
+class NativeSession {
+public:
+    explicit NativeSession(Connection& connection)
+        : m_connection(connection)
+        , m_context(connection.context())
+        , m_latency(m_context.stats) {}
+
+    awaitable<void> run();
+
+private:
+    using Owner = std::shared_ptr<const std::vector<std::byte>>;
+
+    // Handles one request; false when the connection must close afterwards.
+    awaitable<bool> handle(const proto::Header& header, std::span<const std::byte> body,
+                           const Owner& owner);
+    // Records the latency of the request just handled (while its body is
+    // still valid), or restarts the clock when it was not measured.
+    void measured();
+    // Receives the body of a large frame, `first` being what the input
+    // buffer already holds, into a buffer that grows with the bytes that
+    // arrive (never from the header's length alone), each step taken from
+    // the daemon's in-flight budget through `lease`. Null when the peer left
+    // or the budget had no room (then an error reply is queued).
+    awaitable<std::shared_ptr<std::vector<std::byte>>>
+    receive_body(const proto::Header& header, std::span<const std::byte> first,
+                 InflightLease& lease);
+    // A GET or PUT without a bundle token that the store answers at once (a
+    // memory hit, a miss its indexes prove, a put with room in the write
+    // queue), served without a coroutine frame or a scheduler hop, so that a
+    // pipeline of them is answered in one pass. Whether the connection
+    // stays open, or nullopt: nothing was done; take handle().
+    std::optional<bool> quick(const proto::Header& header, std::span<const std::byte> body);
+    // The reply to a GET; counts the compile-cache lookup.
+    void answer_get(const proto::Header& header, std::string_view ns, std::string_view key,
+                    std::optional<store::Entry>& entry);
+    // The entry a PUT stores (value borrowed from `owner` when given, else copied).
+    static store::Entry put_entry(const proto::PutRequest& request, const Owner& owner);
+    // The reply to a PUT; returns whether the connection stays open.
+    bool answer_put(const proto::Header& header, std::string_view ns, std::string_view key,
+                    const tl::expected<store::PutOutcome, store::StoreError>& outcome);
+    awaitable<bool> handle_get(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_put(const proto::Header& header, std::span<const std::byte> body,
+                               const Owner& owner);
+    awaitable<bool> handle_key_op(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_list(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_clear(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_bundle_begin(const proto::Header& header,
+                                        std::span<const std::byte> body);
+    awaitable<bool> handle_bundle_end(const proto::Header& header, std::span<const std::byte> body);
+    awaitable<bool> handle_cxx_lookup(const proto::Header& header, std::span<const std::byte> body);
+    bool handle_hello(const proto::Header& header, std::span<const std::byte> body);
+
+    // Measures the request being handled as `op` on `ns` (which must stay
+    // valid until the request is answered); `tier` is where a GET hit.
+    void measure(std::string_view ns, LatencyOp op) {
+        m_measured_ns = ns;
+        m_measured_op = op;
+    }
+
+    // Answers with an error; returns whether the connection stays open.
+    bool fail(const proto::Header& header, const proto::Error& error);
+    void reply(const proto::Header& header, Status status, std::span<const std::byte> body = {});
+
+    store::Store& store() { return *m_context.store; }
+    BundleRegistry& bundles() { return m_context.bundles; }
+    asio::thread_pool& pool() { return *m_context.blocking; }
+
+    Connection& m_connection;
+    Context& m_context;
+    OutputBatch m_out;
+    bool m_greeted = false;
+    LatencyRecorder m_latency;
+    // The request being handled, when measured (docs/operations.md, "Latency").
+    std::string_view m_measured_ns;
+    LatencyOp m_measured_op = LatencyOp::get;
+    LatencyTier m_measured_tier = LatencyTier::none;
+    RequestResult m_measured_result = RequestResult::ok;
+};
+
+} // namespace pt2cache::daemon::native
