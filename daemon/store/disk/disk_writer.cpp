@@ -82,7 +82,13 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
         m_done.notify_all(); // a flush may have waited for the replaced write
     } else if (!slot.writing) {
         m_ready.push_back(id);
-        m_work.notify_one();
+        // Writers wait only for an empty queue: wake one when work appears,
+        // or a second one when a full batch waits, not on every push (a
+        // futex wake and a context switch each). Writes pushed while a
+        // writer is busy wait for its next batch (group commit).
+        if (m_ready.size() == 1 || m_ready.size() == k_max_batch) {
+            m_work.notify_one();
+        }
     }
     // Otherwise the writer of the in-flight write queues `id` again when done.
     slot.queued = std::move(write);
