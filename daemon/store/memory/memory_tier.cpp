@@ -49,6 +49,20 @@ void MemoryTier::count_evictions(const List& evicted) {
     }
 }
 
+void MemoryTier::make_room_locked(std::uint64_t charge, List& out) {
+    // Each pass over a referenced entry clears its mark, so this ends within
+    // two passes over the list.
+    while (!m_lru.empty() && m_size + charge > m_capacity) {
+        const List::iterator oldest = std::prev(m_lru.end());
+        if (oldest->referenced.load(std::memory_order_relaxed)) {
+            oldest->referenced.store(false, std::memory_order_relaxed);
+            m_lru.splice(m_lru.begin(), m_lru, oldest);
+            continue;
+        }
+        unlink_locked(m_map.find(oldest->id), out);
+    }
+}
+
 std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view key) {
     if (!enabled()) {
         return std::nullopt;
@@ -62,23 +76,21 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
             return std::nullopt;
         }
         const Node& node = *it->second;
-        if (!node.entry.expired(now) && recent_locked(node)) {
+        if (!node.entry.expired(now)) {
+            // A plain load first: a hot entry's line is then only read.
+            if (!node.referenced.load(std::memory_order_relaxed)) {
+                node.referenced.store(true, std::memory_order_relaxed);
+            }
             return node.entry; // copies a pointer, not the bytes
         }
     }
     List dropped; // destroyed after the lock is released
     std::lock_guard lock(m_mutex);
     const auto it = m_map.find(id);
-    if (it == m_map.end()) {
-        return std::nullopt;
-    }
-    if (it->second->entry.expired(now)) {
+    if (it != m_map.end() && it->second->entry.expired(now)) {
         unlink_locked(it, dropped);
-        return std::nullopt;
     }
-    m_lru.splice(m_lru.begin(), m_lru, it->second);
-    it->second->placed = ++m_clock;
-    return it->second->entry; // copies a pointer, not the bytes
+    return std::nullopt;
 }
 
 tl::expected<std::optional<Entry>, StoreError> MemoryTier::get(std::string_view ns,
@@ -95,7 +107,7 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
     // Build the list node and the map node before locking, so the critical
     // section only relinks them.
     List fresh;
-    fresh.push_back(Node{make_id(ns, key), ns.size(), entry, charge});
+    fresh.emplace_back(make_id(ns, key), ns.size(), entry, charge);
     Map staging;
     staging.emplace(std::string_view(fresh.front().id), fresh.begin());
     auto map_node = staging.extract(staging.begin());
@@ -112,13 +124,10 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
             // served after a newer put.
             return {};
         }
-        fresh.front().placed = ++m_clock;
+        make_room_locked(charge, evicted);
         m_lru.splice(m_lru.begin(), fresh);
         m_map.insert(std::move(map_node));
         m_size += charge;
-        while (m_size > m_capacity) {
-            unlink_locked(m_map.find(m_lru.back().id), evicted);
-        }
     }
     count_evictions(evicted);
     return {};

@@ -2,6 +2,7 @@
 // The memory tier: a byte-bounded LRU of shared, immutable values.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -11,23 +12,25 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
 namespace pt2cache::daemon::store {
 
-// Thread-safe LRU bounded by bytes. An entry is charged its value size plus
-// its key and namespace plus `k_entry_overhead`. A hit hands out the stored
-// buffer (no copy). One reader-writer lock guards the LRU; no value bytes are
+// Thread-safe cache bounded by bytes, evicting in CLOCK (second-chance) order,
+// an approximation of LRU. An entry is charged its value size plus its key and
+// namespace plus `k_entry_overhead`. A hit hands out the stored buffer (no
+// copy). One reader-writer lock guards the list; no value bytes are
 // allocated, copied or freed while it is held.
 //
-// A hit moves its entry to the front of the LRU only when the entry is not
-// already among the most recent quarter of the entries (fewer than a quarter
-// of count() insertions and moves happened since it was last put in front):
-// such hits, the common case for a hot working set, take the lock shared and
-// write nothing, so concurrent hits do not serialise. The eviction order is
-// unchanged for every entry outside that front quarter.
+// Entries enter at the front of a list and are evicted from its back. A hit
+// takes the lock shared and only marks its entry referenced (a relaxed atomic
+// flag, written when not yet set), so concurrent hits never serialise. An
+// eviction that meets a referenced entry at the back clears the mark and moves
+// the entry to the front instead (its second chance): an entry hit since it
+// last reached the front outlives every entry that was not.
 class MemoryTier final : public Tier {
 public:
     static constexpr std::uint64_t k_entry_overhead = 64;
@@ -59,10 +62,10 @@ public:
     tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
     tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
 
-    // `get` without the wrapper; refreshes the entry's LRU position.
+    // `get` without the wrapper; marks the entry referenced.
     std::optional<Entry> lookup(std::string_view ns, std::string_view key);
 
-    // True when a live entry exists; leaves the LRU order alone.
+    // True when a live entry exists; leaves its mark alone.
     bool contains(std::string_view ns, std::string_view key) const;
 
     // Live entries of `ns` in ascending key order, after `cursor` (the last key
@@ -82,11 +85,18 @@ public:
 
 private:
     struct Node {
+        Node(std::string id_, std::size_t ns_size_, Entry entry_, std::uint64_t charge_)
+            : id(std::move(id_))
+            , ns_size(ns_size_)
+            , entry(std::move(entry_))
+            , charge(charge_) {}
+
         std::string id; // ns '\0' key
         std::size_t ns_size = 0;
         Entry entry;
         std::uint64_t charge = 0;
-        std::uint64_t placed = 0; // m_clock when last put in front
+        // Hit since it last reached the front (written under a shared lock).
+        mutable std::atomic<bool> referenced{false};
 
         std::string_view ns() const { return std::string_view(id).substr(0, ns_size); }
         std::string_view key() const { return std::string_view(id).substr(ns_size + 1); }
@@ -98,9 +108,10 @@ private:
     static std::string make_id(std::string_view ns, std::string_view key);
     // make_id in a buffer of the calling thread's (valid until its next call).
     static std::string_view scratch_id(std::string_view ns, std::string_view key);
-    // Whether `node` is among the most recent quarter (see the class comment).
-    // Requires `m_mutex`, shared or exclusive.
-    bool recent_locked(const Node& node) const { return m_clock - node.placed < m_map.size() / 4; }
+    // Evicts into `out` until `charge` more bytes fit (`charge` is at most
+    // the capacity), giving referenced entries their second chance. Requires
+    // `m_mutex`, exclusive.
+    void make_room_locked(std::uint64_t charge, List& out);
     // Unlinks `it` into `out`. Requires `m_mutex`.
     void unlink_locked(Map::iterator it, List& out);
     void count_evictions(const List& evicted);
@@ -110,10 +121,9 @@ private:
     Stats& m_stats;
 
     mutable std::shared_mutex m_mutex;
-    List m_lru; // most recently used first
+    List m_lru; // newest or last given a second chance first
     Map m_map;
     std::uint64_t m_size = 0;
-    std::uint64_t m_clock = 0; // entries put in front so far (exclusive lock)
 };
 
 } // namespace pt2cache::daemon::store

@@ -28,7 +28,8 @@ TEST_CASE("memory tier charges value, key, namespace and overhead", "[store][mem
     CHECK(k_charge == 167);
 }
 
-TEST_CASE("memory tier evicts the least recently used entry", "[store][memory]") {
+TEST_CASE("memory tier evicts the oldest entry not hit since it last reached the front",
+          "[store][memory]") {
     Stats stats;
     MemoryTier tier(3 * k_charge, stats);
     REQUIRE(tier.put("t", "k1", make_entry(random_bytes(100, 1))));
@@ -37,28 +38,29 @@ TEST_CASE("memory tier evicts the least recently used entry", "[store][memory]")
     CHECK(tier.size_bytes() == 3 * k_charge);
     CHECK(tier.count() == 3);
 
-    // k1 becomes the most recently used; k2 is now the oldest.
+    // k1, the oldest, was hit: it gets a second chance, and k2 goes.
     REQUIRE(has(tier, "k1"));
     REQUIRE(tier.put("t", "k4", make_entry(random_bytes(100, 4))));
 
     CHECK(tier.count() == 3);
     CHECK(tier.size_bytes() == 3 * k_charge);
-    CHECK_FALSE(has(tier, "k2"));
-    CHECK(has(tier, "k1"));
-    CHECK(has(tier, "k3"));
-    CHECK(has(tier, "k4"));
+    CHECK_FALSE(tier.contains("t", "k2"));
+    CHECK(tier.contains("t", "k1"));
+    CHECK(tier.contains("t", "k3"));
+    CHECK(tier.contains("t", "k4"));
     CHECK(stats.tier("t", TierId::memory).evictions == 1);
 
-    // The lookups above left the order k4, k3, k1 (most recent first);
-    // contains() does not refresh k1, so k1 goes next.
-    CHECK(tier.contains("t", "k1"));
+    // The order is now k4, k1, k3 (newest first), none of them marked:
+    // contains() marks nothing, so k3 goes next.
     REQUIRE(tier.put("t", "k5", make_entry(random_bytes(100, 5))));
-    CHECK_FALSE(tier.contains("t", "k1"));
-    CHECK(tier.contains("t", "k3"));
+    CHECK_FALSE(tier.contains("t", "k3"));
+    CHECK(tier.contains("t", "k1"));
+    CHECK(tier.contains("t", "k4"));
+    CHECK(tier.contains("t", "k5"));
     CHECK(stats.tier("t", TierId::memory).evictions == 2);
 }
 
-TEST_CASE("memory tier moves a hit to the front unless it is among the newest quarter",
+TEST_CASE("memory tier gives each hit entry a second chance when it reaches the back",
           "[store][memory]") {
     Stats stats;
     MemoryTier tier(100 * k_charge, stats);
@@ -69,27 +71,48 @@ TEST_CASE("memory tier moves a hit to the front unless it is among the newest qu
     for (int i = 0; i < 100; ++i) {
         REQUIRE(tier.put("t", old_key(i), make_entry(random_bytes(100, i))));
     }
-    // "90" is among the newest 25: its hit leaves it in place. "00", the
-    // oldest, moves to the front.
     REQUIRE(has(tier, old_key(90)));
     REQUIRE(has(tier, old_key(0)));
-    // So the evictions take "01".."99" in put order (an exact LRU would keep
-    // "90" until after "99"), then "00".
+    // The first eviction moves "00" to the front and takes "01"; "90" moves
+    // when it reaches the back, after "02".."89".
     for (int i = 0; i < 90; ++i) {
         REQUIRE(tier.put("t", new_key(i), make_entry(random_bytes(100, 100 + i))));
     }
-    CHECK_FALSE(tier.contains("t", old_key(90)));
-    CHECK(tier.contains("t", old_key(91)));
+    CHECK_FALSE(tier.contains("t", old_key(1)));
+    CHECK_FALSE(tier.contains("t", old_key(89)));
+    CHECK_FALSE(tier.contains("t", old_key(91)));
+    CHECK(tier.contains("t", old_key(92)));
+    CHECK(tier.contains("t", old_key(90)));
     CHECK(tier.contains("t", old_key(0)));
-    for (int i = 90; i < 99; ++i) {
+    CHECK(stats.tier("t", TierId::memory).evictions == 90);
+    // Then "92".."99", then "00" (its chance used), then the new keys.
+    for (int i = 90; i < 98; ++i) {
         REQUIRE(tier.put("t", new_key(i), make_entry(random_bytes(100, 100 + i))));
     }
     CHECK_FALSE(tier.contains("t", old_key(99)));
     CHECK(tier.contains("t", old_key(0)));
-    CHECK(tier.count() == 100);
-    REQUIRE(tier.put("t", new_key(99), make_entry(random_bytes(100, 199))));
+    REQUIRE(tier.put("t", new_key(98), make_entry(random_bytes(100, 198))));
     CHECK_FALSE(tier.contains("t", old_key(0)));
+    REQUIRE(tier.put("t", new_key(99), make_entry(random_bytes(100, 199))));
+    CHECK_FALSE(tier.contains("t", new_key(0)));
+    CHECK(tier.contains("t", old_key(90)));
+    CHECK(tier.count() == 100);
     CHECK(stats.tier("t", TierId::memory).evictions == 100);
+}
+
+TEST_CASE("memory tier never evicts the entry it is storing", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(3 * k_charge, stats);
+    for (const char* key : {"k1", "k2", "k3"}) {
+        REQUIRE(tier.put("t", key, make_entry(random_bytes(100, 1))));
+        REQUIRE(has(tier, key));
+    }
+    // Every stored entry is marked: each gets its second chance, then the
+    // oldest goes, never the new one.
+    REQUIRE(tier.put("t", "k4", make_entry(random_bytes(100, 4))));
+    CHECK(tier.contains("t", "k4"));
+    CHECK_FALSE(tier.contains("t", "k1"));
+    CHECK(tier.count() == 3);
 }
 
 TEST_CASE("memory tier stays within its byte bound", "[store][memory]") {
