@@ -36,14 +36,30 @@ bool DiskWriteQueue::drop_queued_locked(Slot& slot) {
     if (!slot.queued) {
         return false;
     }
-    m_outstanding.erase(slot.queued_seq);
     m_bytes -= slot.queued->bytes();
     slot.queued.reset();
+    --m_outstanding;
+    prune_locked();
     return true;
 }
 
 bool DiskWriteQueue::idle_before_locked(std::uint64_t seq) const {
-    return m_outstanding.empty() || m_outstanding.begin()->first > seq;
+    return m_pushes.empty() || m_pushes.front().seq > seq;
+}
+
+void DiskWriteQueue::prune_locked() {
+    while (!m_pushes.empty()) {
+        const Push& push = m_pushes.front();
+        const auto it = m_slots.find(push.id);
+        if (it != m_slots.end()) {
+            const Slot& slot = it->second;
+            if ((slot.queued && slot.queued_seq == push.seq) ||
+                (slot.writing && slot.writing_seq == push.seq)) {
+                return; // still outstanding
+            }
+        }
+        m_pushes.pop_front();
+    }
 }
 
 void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
@@ -93,7 +109,8 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
     // Otherwise the writer of the in-flight write queues `id` again when done.
     slot.queued = std::move(write);
     slot.queued_seq = ++m_next_seq;
-    m_outstanding.emplace(slot.queued_seq, Clock::now());
+    m_pushes.push_back(Push{slot.queued_seq, id, Clock::now()});
+    ++m_outstanding;
     m_bytes += size;
 }
 
@@ -215,7 +232,7 @@ std::uint64_t DiskWriteQueue::bytes() const {
 
 std::size_t DiskWriteQueue::size() const {
     std::lock_guard lock(m_mutex);
-    return m_outstanding.size();
+    return m_outstanding;
 }
 
 std::vector<Hash128> DiskWriteQueue::pending_ids() const {
@@ -232,10 +249,10 @@ std::vector<Hash128> DiskWriteQueue::pending_ids() const {
 
 DiskWriteQueue::Clock::duration DiskWriteQueue::oldest_age() const {
     std::lock_guard lock(m_mutex);
-    if (m_outstanding.empty()) {
+    if (m_pushes.empty()) {
         return Clock::duration::zero();
     }
-    return Clock::now() - m_outstanding.begin()->second;
+    return Clock::now() - m_pushes.front().at;
 }
 
 std::uint64_t DiskWriteQueue::coalesced() const {
@@ -291,16 +308,18 @@ void DiskWriteQueue::run() {
 
         // A slot stays while it has a write in flight.
         for (const auto& [id, write] : batch) {
-            Slot& slot = m_slots.find(id)->second;
-            m_outstanding.erase(slot.writing_seq);
+            const auto it = m_slots.find(id);
+            Slot& slot = it->second;
             m_bytes -= write->bytes();
             slot.writing.reset();
+            --m_outstanding;
             if (slot.queued) {
                 m_ready.push_back(id);
             } else {
-                m_slots.erase(id);
+                m_slots.erase(it);
             }
         }
+        prune_locked();
         batch.clear();
         m_done.notify_all();
     }

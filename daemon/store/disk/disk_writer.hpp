@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -128,9 +127,21 @@ private:
     using Slots = std::unordered_map<Hash128, Slot, HashOf>;
 
     void run();
+    // A push: the write `seq` of `id`, outstanding while its slot's queued
+    // or in-flight write has that sequence number.
+    struct Push {
+        std::uint64_t seq = 0;
+        Hash128 id;
+        Clock::time_point at;
+    };
+
     // Drops the queued write of `slot`; true when there was one.
     bool drop_queued_locked(Slot& slot);
     bool idle_before_locked(std::uint64_t seq) const;
+    // Pops the pushes at the front of `m_pushes` that are no longer
+    // outstanding (a write that ends elsewhere stays until it reaches the
+    // front): the front is the oldest outstanding write.
+    void prune_locked();
 
     const std::uint64_t m_capacity;
     const WriteFn m_write;
@@ -145,8 +156,9 @@ private:
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;
     std::deque<Hash128> m_ready; // ids with a queued write (may hold stale ids)
-    // Sequence numbers of queued and in-flight writes, with their push times.
-    std::map<std::uint64_t, Clock::time_point> m_outstanding;
+    // Pushes in order, the front outstanding (see prune_locked).
+    std::deque<Push> m_pushes;
+    std::size_t m_outstanding = 0; // queued and in-flight writes
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
     std::uint64_t m_coalesced = 0;
