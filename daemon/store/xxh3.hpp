@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The one wrapper of xxHash: XXH3 streaming states as RAII classes.
+// The one wrapper of xxHash: XXH3 streaming states as RAII classes (each
+// thread keeps a few spare states, so a hash allocates nothing once warm),
+// and one-shot hashes.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,9 @@ public:
     void update(std::span<const std::byte> bytes);
     void update(std::string_view text);
     Hash128 digest() const;
+
+    // One-shot hash of `bytes` (the same digest as feeding them in parts).
+    static Hash128 of(std::span<const std::byte> bytes);
 
 private:
     std::unique_ptr<void, detail::Xxh3StateDeleter> m_state;

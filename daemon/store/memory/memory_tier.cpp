@@ -68,7 +68,6 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
         return std::nullopt;
     }
     const std::string_view id = scratch_id(ns, key);
-    const UnixMs now = now_ms();
     {
         std::shared_lock lock(m_mutex);
         const auto it = m_map.find(id);
@@ -76,7 +75,8 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
             return std::nullopt;
         }
         const Node& node = *it->second;
-        if (!node.entry.expired(now)) {
+        // The clock only for an entry that can expire.
+        if (node.entry.expires_ms == 0 || !node.entry.expired(now_ms())) {
             // A plain load first: a hot entry's line is then only read.
             if (!node.referenced.load(std::memory_order_relaxed)) {
                 node.referenced.store(true, std::memory_order_relaxed);
@@ -87,7 +87,7 @@ std::optional<Entry> MemoryTier::lookup(std::string_view ns, std::string_view ke
     List dropped; // destroyed after the lock is released
     std::lock_guard lock(m_mutex);
     const auto it = m_map.find(id);
-    if (it != m_map.end() && it->second->entry.expired(now)) {
+    if (it != m_map.end() && it->second->entry.expired(now_ms())) {
         unlink_locked(it, dropped);
     }
     return std::nullopt;
@@ -168,10 +168,10 @@ bool MemoryTier::contains(std::string_view ns, std::string_view key) const {
         return false;
     }
     const std::string_view id = scratch_id(ns, key);
-    const UnixMs now = now_ms();
     std::shared_lock lock(m_mutex);
     const auto it = m_map.find(id);
-    return it != m_map.end() && !it->second->entry.expired(now);
+    return it != m_map.end() &&
+           (it->second->entry.expires_ms == 0 || !it->second->entry.expired(now_ms()));
 }
 
 ListPage MemoryTier::list(std::string_view ns, std::string_view cursor, std::size_t limit) const {

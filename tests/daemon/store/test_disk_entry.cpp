@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "daemon/store/disk/disk_entry.hpp"
+#include "daemon/store/disk/disk_layout.hpp"
 #include "daemon/store/xxh3.hpp"
 #include "tests/daemon/store/alloc_probe.hpp"
 #include "tests/daemon/store/helpers.hpp"
@@ -238,4 +239,31 @@ TEST_CASE("disk entry header needs only the first bytes", "[store][disk_entry]")
     CHECK(header->file_size() == file.size());
     CHECK_FALSE(decode_header(std::span<const std::byte>(file).first(head - 1)));
     CHECK_FALSE(decode_header(std::span<const std::byte>(file).first(10)));
+}
+
+TEST_CASE("entry_hash is XXH3-128 of namespace, NUL and key, one shot or streamed",
+          "[store][disk_entry]") {
+    // File names and small-store keys depend on it: the one-shot hash must
+    // equal the streamed one that earlier versions named entries with, and a
+    // thread's reused streaming states must start afresh.
+    for (const std::size_t size : {0U, 1U, 15U, 16U, 128U, 129U, 240U, 241U, 1000U, 65535U}) {
+        const std::string key(static_cast<std::size_t>(size), static_cast<char>('a' + size % 26));
+        Xxh3Hash128 streamed;
+        streamed.update(std::string_view("autotune"));
+        streamed.update(std::string_view("\0", 1));
+        streamed.update(key);
+        CHECK(entry_hash("autotune", key) == streamed.digest());
+        CHECK(entry_hash("autotune", key) != entry_hash("fx-graph", key));
+    }
+    Xxh3Hash64 first;
+    first.update(std::string_view("abc"));
+    const std::uint64_t abc = first.digest();
+    {
+        Xxh3Hash64 other;
+        other.update(std::string_view("something else entirely"));
+    } // its state becomes a spare
+    Xxh3Hash64 second;
+    second.update(std::string_view("abc"));
+    CHECK(second.digest() == abc);
+    CHECK(abc == Xxh3Hash64::of(std::as_bytes(std::span(std::string_view("abc")))));
 }
