@@ -34,7 +34,7 @@ bool is_hex64(std::string_view text) {
 } // namespace
 
 NamespacedKey from_redis_key(std::string_view redis_key) {
-    const NamespacedKey passthrough{std::string(k_redis_namespace), std::string(redis_key)};
+    const NamespacedKey passthrough{k_redis_namespace, redis_key};
     if (!redis_key.starts_with(k_prefix) || !redis_key.ends_with(k_version_suffix)) {
         return passthrough;
     }
@@ -52,15 +52,15 @@ NamespacedKey from_redis_key(std::string_view redis_key) {
     if (cache_id.starts_with("autograd-") &&
         (cache_id != "autograd-experimental" || key.find(k_separator) != key.npos)) {
         // aot-autograd keys with "::" carry their cache_id (see to_redis_key).
-        return {"aot-autograd", std::string(body)};
+        return {"aot-autograd", body};
     }
     for (const auto& mapping : k_fixed) {
         if (cache_id == mapping.cache_id) {
-            return {std::string(mapping.ns), std::string(key)};
+            return {mapping.ns, key};
         }
     }
     if (is_hex64(cache_id)) {
-        return {"autotune", std::string(body)};
+        return {"autotune", body};
     }
     return passthrough;
 }

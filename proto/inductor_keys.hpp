@@ -18,9 +18,12 @@
 
 namespace pt2cache::proto {
 
+// A mapped key: `key` views the Redis key it came from, `ns` that key or a
+// static name, so both are valid as long as the Redis key's bytes are (the
+// mapping runs on every RESP request and allocates nothing).
 struct NamespacedKey {
-    std::string ns;
-    std::string key;
+    std::string_view ns;
+    std::string_view key;
 
     bool operator==(const NamespacedKey&) const = default;
 };

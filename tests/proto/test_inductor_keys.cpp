@@ -1,4 +1,6 @@
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "proto/inductor_keys.hpp"
 
@@ -9,9 +11,10 @@ using namespace pt2cache::proto;
 TEST_CASE("Inductor keys map to namespaces and back", "[proto][keys]") {
     const std::string hex64(64, 'a');
     const std::string fx = "f" + std::string(51, 'q');
+    // Expected namespace and key as strings: a NamespacedKey only views.
     struct Row {
         std::string redis_key;
-        NamespacedKey mapped;
+        std::pair<std::string, std::string> mapped;
     };
     const std::vector<Row> rows{
         {"pt2:fx-graph-v1::" + fx + ":c1", {"fx-graph", fx}},
@@ -30,8 +33,13 @@ TEST_CASE("Inductor keys map to namespaces and back", "[proto][keys]") {
     };
     for (const auto& row : rows) {
         INFO(row.redis_key);
-        CHECK(from_redis_key(row.redis_key) == row.mapped);
-        CHECK(to_redis_key(row.mapped.ns, row.mapped.key) == row.redis_key);
+        const NamespacedKey mapped = from_redis_key(row.redis_key);
+        CHECK(mapped.ns == row.mapped.first);
+        CHECK(mapped.key == row.mapped.second);
+        // The key views the Redis key's bytes: the mapping allocates nothing.
+        CHECK(mapped.key.data() >= row.redis_key.data());
+        CHECK(mapped.key.data() + mapped.key.size() <= row.redis_key.data() + row.redis_key.size());
+        CHECK(to_redis_key(row.mapped.first, row.mapped.second) == row.redis_key);
     }
     CHECK_FALSE(to_redis_key("my-namespace", "k"));
     CHECK_FALSE(to_redis_key("autotune", hex64 + ".best_config"));
