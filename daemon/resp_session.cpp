@@ -86,7 +86,7 @@ awaitable<void> RespSession::run() {
             const auto max_value = m_context.max_value.load();
             const proto::resp::Limits limits{std::max(proto::resp::k_max_bulk, max_value),
                                              max_value};
-            auto result = proto::resp::parse_command(input.readable(), limits);
+            auto result = proto::resp::parse_command(input.readable(), limits, std::move(m_args));
             if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {
                 // One command may hold a value and a little more; anything
                 // longer is not a command this front door serves.
@@ -121,7 +121,7 @@ awaitable<void> RespSession::run() {
                 co_await m_connection.flush(m_out);
                 co_return;
             }
-            const auto& command = std::get<proto::resp::Command>(result);
+            auto& command = std::get<proto::resp::Command>(result);
             // Plain statements: GCC 12 miscompiles a co_await in a condition.
             auto next = Next::keep;
             if (!command.args.empty()) {
@@ -132,6 +132,7 @@ awaitable<void> RespSession::run() {
                 }
             }
             input.consume(command.consumed);
+            m_args = std::move(command.args);
             want = 0;
             parse_at = 1;
             if (next == Next::close) {

@@ -80,6 +80,8 @@ private:
     Connection& m_connection;
     Context& m_context;
     OutputBatch m_out;
+    // The last command's argument vector, handed back to the parser.
+    std::vector<std::string_view> m_args;
     LatencyRecorder m_latency;
     int m_version = 2;
     bool m_authenticated = false;

@@ -85,7 +85,8 @@ ParseResult parse_inline(std::string_view text) {
 
 } // namespace
 
-ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits) {
+ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits,
+                          std::vector<std::string_view> reuse) {
     const std::string_view text = as_text(bytes);
     if (text.empty()) {
         return NeedMore{};
@@ -106,6 +107,8 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         return ProtocolError{"invalid multibulk length"};
     }
     Command command;
+    command.args = std::move(reuse);
+    command.args.clear();
     std::size_t pos = eol + 2;
     if (count <= 0) {
         command.consumed = pos;

@@ -54,8 +54,11 @@ struct TooLarge {
 using ParseResult = std::variant<NeedMore, Command, ProtocolError, TooLarge>;
 
 // Parses one command from the front of `bytes`. Empty inline lines are
-// consumed and yield a Command with no arguments.
-ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits);
+// consumed and yield a Command with no arguments. A Command's `args` are
+// built in `reuse` (cleared first), so that a caller handing back the
+// previous command's vector parses without allocating.
+ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits,
+                          std::vector<std::string_view> reuse = {});
 
 // Reply encoding. `version` is 2 or 3 (after HELLO 3); where RESP3 has its
 // own type (null, map, double, ...) the RESP2 fallback is used for 2.

@@ -45,6 +45,23 @@ TEST_CASE("multibulk commands", "[proto][resp]") {
     }
 }
 
+TEST_CASE("a command's argument vector can be handed back for the next parse", "[proto][resp]") {
+    const std::string wire = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*1\r\n$4\r\nPING\r\n";
+    auto first = parse_command(as_bytes(wire), Limits{});
+    REQUIRE(std::holds_alternative<Command>(first));
+    auto& set = std::get<Command>(first);
+    REQUIRE(set.args.size() == 3);
+    const auto* storage = set.args.data();
+    const auto rest = std::string_view(wire).substr(set.consumed);
+    auto second = parse_command(as_bytes(rest), Limits{}, std::move(set.args));
+    REQUIRE(std::holds_alternative<Command>(second));
+    const auto& ping = std::get<Command>(second);
+    // The old arguments are gone, the vector's storage is reused.
+    REQUIRE(ping.args.size() == 1);
+    CHECK(ping.args[0] == "PING");
+    CHECK(ping.args.data() == storage);
+}
+
 TEST_CASE("inline commands", "[proto][resp]") {
     auto result = parse("set  key \"a value\"\r\n");
     REQUIRE(std::holds_alternative<Command>(result));
