@@ -2,6 +2,7 @@
 #include "daemon/store/stats.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <iterator>
@@ -138,8 +139,28 @@ std::string_view request_result_name(RequestResult result) {
     return "unknown";
 }
 
+namespace {
+
+std::atomic<std::uint64_t> g_next_stats_serial{1};
+
+// A thread's recently used namespaces, so that a request's counters cost no
+// lock (the map's shared lock is a cache line every I/O thread writes).
+// Keyed by the Stats object's serial, never its address, which a later
+// object may reuse.
+struct RecentNamespace {
+    std::uint64_t stats_serial = 0;
+    std::string name;
+    NamespaceCounters* counters = nullptr;
+};
+constexpr std::size_t k_recent_namespaces = 4;
+thread_local std::array<RecentNamespace, k_recent_namespaces> t_recent;
+thread_local std::size_t t_recent_next = 0;
+
+} // namespace
+
 Stats::Stats()
-    : m_started_ns(steady_ns())
+    : m_serial(g_next_stats_serial.fetch_add(1, std::memory_order_relaxed))
+    , m_started_ns(steady_ns())
     , m_reset_ns(m_started_ns) {}
 
 std::atomic<unsigned> g_next_latency_shard{0};
@@ -180,9 +201,19 @@ void NamespaceCounters::reset_latency() {
 }
 
 NamespaceCounters& Stats::ns(std::string_view ns) {
+    for (const RecentNamespace& recent : t_recent) {
+        if (recent.stats_serial == m_serial && recent.name == ns) {
+            return *recent.counters;
+        }
+    }
     {
         std::shared_lock lock(m_mutex);
         if (auto it = m_namespaces.find(ns); it != m_namespaces.end()) {
+            RecentNamespace& slot = t_recent[t_recent_next];
+            t_recent_next = (t_recent_next + 1) % k_recent_namespaces;
+            slot.stats_serial = m_serial;
+            slot.name.assign(ns);
+            slot.counters = it->second.get();
             return *it->second;
         }
     }

@@ -205,7 +205,9 @@ public:
     nlohmann::json to_json() const;
 
 private:
+    const std::uint64_t m_serial; // tells this object from any other, ever
     mutable std::shared_mutex m_mutex;
+    // Never erased from (ns() hands out references, and threads remember them).
     std::map<std::string, std::unique_ptr<NamespaceCounters>, std::less<>> m_namespaces;
     DaemonCounters m_daemon;
     RemoteCounters m_remote;
