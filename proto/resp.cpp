@@ -178,12 +178,24 @@ Writer& Writer::simple(std::string_view text) {
 Writer& Writer::error(std::string_view text) {
     return line('-', text);
 }
+Writer& Writer::number_line(char type, std::int64_t value) {
+    char line[1 + 20 + 2]; // type, "-9223372036854775808", CRLF
+    line[0] = type;
+    const auto [end, error] = std::to_chars(line + 1, line + 21, value);
+    (void)error; // 20 characters hold every int64
+    end[0] = '\r';
+    end[1] = '\n';
+    const auto* bytes = reinterpret_cast<const std::byte*>(line);
+    m_out.insert(m_out.end(), bytes, reinterpret_cast<const std::byte*>(end + 2));
+    return *this;
+}
+
 Writer& Writer::integer(std::int64_t value) {
-    return line(':', fmt::format("{}", value));
+    return number_line(':', value);
 }
 
 Writer& Writer::bulk_header(std::size_t length) {
-    return line('$', fmt::format("{}", length));
+    return number_line('$', static_cast<std::int64_t>(length));
 }
 Writer& Writer::crlf() {
     ByteWriter(m_out).text("\r\n");
@@ -197,10 +209,7 @@ Writer& Writer::bulk(std::string_view bytes) {
 }
 
 Writer& Writer::null() {
-    if (m_version >= 3) {
-        return line('_', "");
-    }
-    return line('$', "-1");
+    return m_version >= 3 ? line('_', "") : number_line('$', -1);
 }
 
 Writer& Writer::null_array() {
@@ -211,12 +220,12 @@ Writer& Writer::null_array() {
 }
 
 Writer& Writer::array(std::size_t count) {
-    return line('*', fmt::format("{}", count));
+    return number_line('*', static_cast<std::int64_t>(count));
 }
 
 Writer& Writer::map(std::size_t pairs) {
     if (m_version >= 3) {
-        return line('%', fmt::format("{}", pairs));
+        return number_line('%', static_cast<std::int64_t>(pairs));
     }
     return array(pairs * 2);
 }
@@ -225,7 +234,7 @@ Writer& Writer::verbatim(std::string_view text) {
     if (m_version < 3) {
         return bulk(text);
     }
-    line('=', fmt::format("{}", text.size() + 4));
+    number_line('=', static_cast<std::int64_t>(text.size() + 4));
     ByteWriter(m_out).text("txt:").text(text).text("\r\n");
     return *this;
 }

@@ -82,6 +82,8 @@ public:
 
 private:
     Writer& line(char type, std::string_view text);
+    // `type`, the decimal `value`, CRLF: one append, no formatting library.
+    Writer& number_line(char type, std::int64_t value);
     std::vector<std::byte>& m_out;
     int m_version;
 };

@@ -1,3 +1,5 @@
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "proto/bytes.hpp"
@@ -150,6 +152,12 @@ TEST_CASE("reply encoding in RESP2 and RESP3", "[proto][resp]") {
     CHECK(written([](Writer& w) { w.simple("OK").error("ERR x"); }) == "+OK\r\n-ERR x\r\n");
     CHECK(written([](Writer& w) { w.verbatim("a"); }, 3) == "=5\r\ntxt:a\r\n");
     CHECK(written([](Writer& w) { w.bulk(""); }) == "$0\r\n\r\n");
+    CHECK(written([](Writer& w) { w.integer(0).integer(-42); }) == ":0\r\n:-42\r\n");
+    CHECK(written([](Writer& w) { w.integer(std::numeric_limits<std::int64_t>::min()); }) ==
+          ":-9223372036854775808\r\n");
+    CHECK(written([](Writer& w) { w.integer(std::numeric_limits<std::int64_t>::max()); }) ==
+          ":9223372036854775807\r\n");
+    CHECK(written([](Writer& w) { w.array(0).bulk_header(1048576); }) == "*0\r\n$1048576\r\n");
 }
 
 TEST_CASE("unknown command wording", "[proto][resp]") {
