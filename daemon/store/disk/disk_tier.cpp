@@ -135,7 +135,7 @@ bool DiskTier::known_absent(std::string_view ns, std::string_view key) const {
     const Hash128 id = entry_hash(ns, key);
     // The queue first: a queued write is recorded in the index before it
     // leaves the queue, so an entry moving from one to the other is seen.
-    if (m_writer && m_writer->find(id)) {
+    if (m_writer && m_writer->size() != 0 && m_writer->find(id)) {
         return false;
     }
     return !m_index.contains(id);

@@ -38,7 +38,7 @@ bool DiskWriteQueue::drop_queued_locked(Slot& slot) {
     }
     m_bytes -= slot.queued->bytes();
     slot.queued.reset();
-    --m_outstanding;
+    m_outstanding.fetch_sub(1, std::memory_order_release);
     prune_locked();
     return true;
 }
@@ -110,7 +110,7 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
     slot.queued = std::move(write);
     slot.queued_seq = ++m_next_seq;
     m_pushes.push_back(Push{slot.queued_seq, id, Clock::now()});
-    ++m_outstanding;
+    m_outstanding.fetch_add(1, std::memory_order_release);
     m_bytes += size;
 }
 
@@ -231,8 +231,7 @@ std::uint64_t DiskWriteQueue::bytes() const {
 }
 
 std::size_t DiskWriteQueue::size() const {
-    std::lock_guard lock(m_mutex);
-    return m_outstanding;
+    return m_outstanding.load(std::memory_order_acquire);
 }
 
 std::vector<Hash128> DiskWriteQueue::pending_ids() const {
@@ -312,7 +311,7 @@ void DiskWriteQueue::run() {
             Slot& slot = it->second;
             m_bytes -= write->bytes();
             slot.writing.reset();
-            --m_outstanding;
+            m_outstanding.fetch_sub(1, std::memory_order_release);
             if (slot.queued) {
                 m_ready.push_back(id);
             } else {

@@ -20,6 +20,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -103,7 +104,11 @@ public:
     void set_paused(bool paused);
 
     std::uint64_t bytes() const;
-    std::size_t size() const; // queued and in-flight writes
+    // Queued and in-flight writes, read without the queue's lock: a write
+    // pushed before the call (happens-before) counts until it has ended, and
+    // a write ends only after the writer has recorded it. So 0 means that
+    // `find` would find nothing.
+    std::size_t size() const;
     // The entries with a queued or in-flight write.
     std::vector<Hash128> pending_ids() const;
     std::uint64_t coalesced() const; // writes replaced by a newer one before being written
@@ -158,7 +163,8 @@ private:
     std::deque<Hash128> m_ready; // ids with a queued write (may hold stale ids)
     // Pushes in order, the front outstanding (see prune_locked).
     std::deque<Push> m_pushes;
-    std::size_t m_outstanding = 0; // queued and in-flight writes
+    // Queued and in-flight writes: changed under `m_mutex`, read without it.
+    std::atomic<std::size_t> m_outstanding{0};
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
     std::uint64_t m_coalesced = 0;
