@@ -50,13 +50,13 @@ void MemoryTier::count_evictions(const List& evicted) {
 }
 
 void MemoryTier::make_room_locked(std::uint64_t charge, List& out) {
-    // Each pass over a referenced entry clears its mark, so this ends within
-    // two passes over the list.
+    std::size_t chances = 0;
     while (!m_lru.empty() && m_size + charge > m_capacity) {
         const List::iterator oldest = std::prev(m_lru.end());
-        if (oldest->referenced.load(std::memory_order_relaxed)) {
+        if (oldest->referenced.load(std::memory_order_relaxed) && chances < k_max_second_chances) {
             oldest->referenced.store(false, std::memory_order_relaxed);
             m_lru.splice(m_lru.begin(), m_lru, oldest);
+            ++chances;
             continue;
         }
         unlink_locked(m_map.find(oldest->id), out);

@@ -30,10 +30,14 @@ namespace pt2cache::daemon::store {
 // flag, written when not yet set), so concurrent hits never serialise. An
 // eviction that meets a referenced entry at the back clears the mark and moves
 // the entry to the front instead (its second chance): an entry hit since it
-// last reached the front outlives every entry that was not.
+// last reached the front outlives every entry that was not, except that one
+// put gives at most `k_max_second_chances` (then evicts the back entry as it
+// is), so that a put after a burst of hits never walks the whole list under
+// the lock.
 class MemoryTier final : public Tier {
 public:
     static constexpr std::uint64_t k_entry_overhead = 64;
+    static constexpr std::size_t k_max_second_chances = 64;
 
     // The share of the capacity above which an entry bypasses the tier, in the
     // daemon (docs/architecture.md): a value larger than 1/8 of the tier would

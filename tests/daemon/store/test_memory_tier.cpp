@@ -290,3 +290,25 @@ TEST_CASE("memory tier lets entries above its largest entry bypass it", "[store]
     REQUIRE(plain.put("t", "k3", make_entry(random_bytes(100 + 8 * k_charge, 4))));
     CHECK(plain.lookup("t", "k3").has_value());
 }
+
+TEST_CASE("memory tier bounds the second chances one put gives", "[store][memory]") {
+    Stats stats;
+    constexpr int k_count = 200;
+    MemoryTier tier(k_count * k_charge, stats);
+    const auto key = [](int i) { return fmt::format("{:02x}", i); };
+    for (int i = 0; i < k_count; ++i) {
+        REQUIRE(tier.put("t", key(i), make_entry(random_bytes(100, i))));
+    }
+    for (int i = 0; i < k_count; ++i) {
+        REQUIRE(has(tier, key(i)));
+    }
+    // Every entry is marked: the put moves the oldest k_max_second_chances
+    // to the front, then evicts the next one although it is marked.
+    REQUIRE(tier.put("t", "zz", make_entry(random_bytes(100, 999))));
+    const int evicted = static_cast<int>(MemoryTier::k_max_second_chances);
+    CHECK_FALSE(tier.contains("t", key(evicted)));
+    CHECK(tier.contains("t", key(evicted - 1)));
+    CHECK(tier.contains("t", key(evicted + 1)));
+    CHECK(tier.contains("t", "zz"));
+    CHECK(stats.tier("t", TierId::memory).evictions == 1);
+}
