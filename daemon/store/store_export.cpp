@@ -26,7 +26,7 @@ tl::expected<std::optional<Entry>, StoreError> Store::dump(std::string_view ns,
         return m_disk_on->peek(ns, key);
     }
     if (m_memory_on != nullptr) {
-        return m_memory_on->get(ns, key);
+        return m_memory_on->peek(ns, key);
     }
     return std::nullopt;
 }
@@ -50,7 +50,8 @@ tl::expected<PutOutcome, StoreError> Store::restore(std::string_view ns, std::st
     if (!replace) {
         // The disk tier holds every local entry; the memory tier only
         // without one.
-        auto existing = m_disk_on != nullptr ? m_disk_on->peek(ns, key) : m_memory_on->get(ns, key);
+        auto existing =
+            m_disk_on != nullptr ? m_disk_on->peek(ns, key) : m_memory_on->peek(ns, key);
         if (!existing) {
             return tl::make_unexpected(std::move(existing.error()));
         }

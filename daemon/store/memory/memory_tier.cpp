@@ -163,6 +163,19 @@ tl::expected<std::uint64_t, StoreError> MemoryTier::clear(std::string_view ns) {
     return count;
 }
 
+std::optional<Entry> MemoryTier::peek(std::string_view ns, std::string_view key) const {
+    if (!enabled()) {
+        return std::nullopt;
+    }
+    const std::string_view id = scratch_id(ns, key);
+    std::shared_lock lock(m_mutex);
+    const auto it = m_map.find(id);
+    if (it == m_map.end() || it->second->entry.expired(now_ms())) {
+        return std::nullopt;
+    }
+    return it->second->entry; // copies a pointer, not the bytes
+}
+
 bool MemoryTier::contains(std::string_view ns, std::string_view key) const {
     if (!enabled()) {
         return false;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The memory tier: a byte-bounded LRU of shared, immutable values.
+// The memory tier: a byte-bounded cache of shared, immutable values, evicting
+// in CLOCK order.
 #pragma once
 
 #include <atomic>
@@ -68,6 +69,9 @@ public:
 
     // `get` without the wrapper; marks the entry referenced.
     std::optional<Entry> lookup(std::string_view ns, std::string_view key);
+
+    // `lookup` without marking the entry: no effect on the eviction order.
+    std::optional<Entry> peek(std::string_view ns, std::string_view key) const;
 
     // True when a live entry exists; leaves its mark alone.
     bool contains(std::string_view ns, std::string_view key) const;

@@ -312,3 +312,18 @@ TEST_CASE("memory tier bounds the second chances one put gives", "[store][memory
     CHECK(tier.contains("t", "zz"));
     CHECK(stats.tier("t", TierId::memory).evictions == 1);
 }
+
+TEST_CASE("memory tier peek reads without marking", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(2 * k_charge, stats);
+    REQUIRE(tier.put("t", "k1", make_entry(random_bytes(100, 1))));
+    REQUIRE(tier.put("t", "k2", make_entry(random_bytes(100, 2))));
+    const auto peeked = tier.peek("t", "k1");
+    REQUIRE(peeked);
+    CHECK(peeked->value.bytes().size() == 100);
+    CHECK_FALSE(tier.peek("t", "absent"));
+    // Unmarked, k1 is still the first to go.
+    REQUIRE(tier.put("t", "k3", make_entry(random_bytes(100, 3))));
+    CHECK_FALSE(tier.contains("t", "k1"));
+    CHECK(tier.contains("t", "k2"));
+}
