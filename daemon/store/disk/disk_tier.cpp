@@ -23,6 +23,7 @@ namespace {
 
 constexpr unsigned k_dir_mode = 0700;
 constexpr unsigned k_file_mode = 0600;
+constexpr std::size_t k_evict_batch = 256; // small entries deleted per LMDB transaction
 
 StoreError io_error(std::string message) {
     return StoreError{Failure::io, std::move(message)};
@@ -542,7 +543,7 @@ void DiskTier::evict_loop() {
             }
             if (victim->small) {
                 small_victims.push_back(std::move(*victim));
-                if (small_victims.size() >= DiskWriteQueue::k_max_batch) {
+                if (small_victims.size() >= k_evict_batch) {
                     small += evict_small(small_victims);
                 }
                 continue;

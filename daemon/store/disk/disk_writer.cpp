@@ -99,11 +99,14 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
     } else if (!slot.writing) {
         m_ready.push_back(id);
         // Writers wait only for an empty queue: wake one when work appears,
-        // or a second one when a full batch waits, not on every push (a
-        // futex wake and a context switch each). Writes pushed while a
-        // writer is busy wait for its next batch (group commit).
-        if (m_ready.size() == 1 || m_ready.size() == k_max_batch) {
+        // not on every push (a futex wake and a context switch each). A
+        // writer that takes a write wakes the next one if more wait; one
+        // gathering small entries is woken when a batch is full.
+        if (m_ready.size() == 1) {
             m_work.notify_one();
+        } else if (m_ready.size() == k_max_small_batch ||
+                   (m_bytes < batch_bytes_goal() && m_bytes + size >= batch_bytes_goal())) {
+            m_work.notify_all();
         }
     }
     // Otherwise the writer of the in-flight write queues `id` again when done.
@@ -179,11 +182,20 @@ bool DiskWriteQueue::flush_until(Clock::time_point deadline) {
     std::unique_lock lock(m_mutex);
     const std::uint64_t last = m_next_seq;
     const auto done = [&] { return idle_before_locked(last); };
-    if (deadline == Clock::time_point::max()) {
-        m_done.wait(lock, done);
+    if (done()) {
         return true;
     }
-    return m_done.wait_until(lock, deadline, done);
+    // A lingering writer commits at once while anyone waits for a flush.
+    ++m_flushes;
+    m_work.notify_all();
+    bool flushed = true;
+    if (deadline == Clock::time_point::max()) {
+        m_done.wait(lock, done);
+    } else {
+        flushed = m_done.wait_until(lock, deadline, done);
+    }
+    --m_flushes;
+    return flushed;
 }
 
 void DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
@@ -259,41 +271,88 @@ std::uint64_t DiskWriteQueue::coalesced() const {
     return m_coalesced;
 }
 
+bool DiskWriteQueue::front_is_small_locked() {
+    while (!m_ready.empty()) {
+        const auto it = m_slots.find(m_ready.front());
+        // Stale: cancelled, or already taken (one write per entry at a time).
+        if (it == m_slots.end() || !it->second.queued || it->second.writing) {
+            m_ready.pop_front();
+            continue;
+        }
+        return it->second.queued->small;
+    }
+    return false;
+}
+
+bool DiskWriteQueue::has_work_locked() {
+    if (m_paused || m_ready.empty()) {
+        return false;
+    }
+    // Small entries share one LMDB writer: a second thread would only wait
+    // for the first one's commit, and split its batch.
+    return !m_small_writer_busy || !front_is_small_locked();
+}
+
+void DiskWriteQueue::linger_locked(std::unique_lock<std::mutex>& lock) {
+    m_work.wait_until(lock, Clock::now() + k_small_batch_window, [&] {
+        return m_stop || m_flushes > 0 || m_ready.size() >= k_max_small_batch ||
+               m_bytes >= batch_bytes_goal();
+    });
+}
+
+void DiskWriteQueue::take_batch_locked(Batch& batch, bool small) {
+    const std::size_t max_count = small ? k_max_small_batch : 1;
+    std::uint64_t batch_bytes = 0;
+    while (!m_ready.empty() && batch.size() < max_count) {
+        const Hash128 id = m_ready.front();
+        const auto it = m_slots.find(id);
+        if (it == m_slots.end() || !it->second.queued || it->second.writing) {
+            m_ready.pop_front(); // stale
+            continue;
+        }
+        Slot& slot = it->second;
+        const std::uint64_t size = slot.queued->encoded.size();
+        // A batch is all small entries or one file (the front may have
+        // changed while the writer waited: then it takes nothing).
+        if (slot.queued->small != small ||
+            (!batch.empty() && batch_bytes + size > k_max_batch_bytes)) {
+            break;
+        }
+        m_ready.pop_front();
+        slot.writing = std::move(slot.queued);
+        slot.writing_seq = slot.queued_seq;
+        slot.queued.reset();
+        batch_bytes += size;
+        batch.emplace_back(id, slot.writing);
+    }
+}
+
 void DiskWriteQueue::run() {
     std::unique_lock lock(m_mutex);
-    std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>> batch;
+    Batch batch;
     std::vector<const PendingWrite*> views;
     for (;;) {
-        m_work.wait(lock, [this] { return m_stop || (!m_paused && !m_ready.empty()); });
+        m_work.wait(lock, [this] { return m_stop || has_work_locked(); });
         if (m_stop) {
             return;
         }
+        const bool small = front_is_small_locked();
+        if (small) {
+            m_small_writer_busy = true;
+            linger_locked(lock);
+        }
         batch.clear();
-        std::uint64_t batch_bytes = 0;
-        while (!m_ready.empty() && batch.size() < k_max_batch) {
-            const Hash128 id = m_ready.front();
-            const auto it = m_slots.find(id);
-            // Stale: cancelled, or already taken (one write per entry at a time).
-            if (it == m_slots.end() || !it->second.queued || it->second.writing) {
-                m_ready.pop_front();
-                continue;
-            }
-            Slot& slot = it->second;
-            const std::uint64_t size = slot.queued->encoded.size();
-            if (!batch.empty() && (!slot.queued->small || batch_bytes + size > k_max_batch_bytes)) {
-                break;
-            }
-            m_ready.pop_front();
-            slot.writing = std::move(slot.queued);
-            slot.writing_seq = slot.queued_seq;
-            slot.queued.reset();
-            batch_bytes += size;
-            batch.emplace_back(id, slot.writing);
-            if (!batch.front().second->small) {
-                break;
-            }
+        if (!m_paused) {
+            take_batch_locked(batch, small);
+        }
+        if (!m_ready.empty()) {
+            m_work.notify_one(); // more writes wait: the next writer takes them
         }
         if (batch.empty()) {
+            if (small) {
+                m_small_writer_busy = false;
+                m_work.notify_one();
+            }
             continue;
         }
         views.clear();
@@ -320,6 +379,10 @@ void DiskWriteQueue::run() {
         }
         prune_locked();
         batch.clear();
+        if (small) {
+            m_small_writer_busy = false;
+            m_work.notify_one(); // small entries queued meanwhile: another writer may take them
+        }
         m_done.notify_all();
     }
 }

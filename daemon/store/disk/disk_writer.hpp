@@ -8,8 +8,13 @@
 //   payload). A push that does not fit waits for room (back-pressure); nothing
 //   is ever dropped. A write larger than the whole bound is admitted alone;
 // - small entries (those bound for the LMDB store) are handed to a writer in
-//   batches of up to 256 entries or 4 MiB, which it commits in one
-//   transaction (group commit); other writes one at a time;
+//   batches of up to 4096 entries or 4 MiB, which it commits in one
+//   transaction (group commit); other writes one at a time, in parallel. One
+//   writer at a time takes small entries (LMDB has one writer anyway): it
+//   waits up to k_small_batch_window for more first (a full batch, a flush
+//   or a shutdown ends the wait), so a busy queue costs one commit per
+//   window instead of one per few puts, and a put of an entry still queued
+//   replaces it instead of being written too;
 // - one write per entry at a time. A newer write of an entry still
 //   queued replaces it (last write wins, counted in `coalesced`); one of an
 //   entry being written waits behind that write;
@@ -64,8 +69,10 @@ public:
     // Persists a batch of writes (one, or several small ones); reports its
     // own errors.
     using WriteFn = std::function<void(std::span<const PendingWrite* const>)>;
-    static constexpr std::size_t k_max_batch = 256;
+    static constexpr std::size_t k_max_small_batch = 4096;
     static constexpr std::uint64_t k_max_batch_bytes = 4ULL << 20;
+    // How long a writer gathers small entries before committing them.
+    static constexpr std::chrono::milliseconds k_small_batch_window{25};
 
     // Starts `threads` (at least 1) writer threads calling `write`.
     DiskWriteQueue(std::uint64_t capacity_bytes, unsigned threads, WriteFn write);
@@ -132,6 +139,18 @@ private:
     using Slots = std::unordered_map<Hash128, Slot, HashOf>;
 
     void run();
+    using Batch = std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>>;
+    // Whether the first live queued write is small (drops stale ids first).
+    bool front_is_small_locked();
+    // Whether a writer may take a batch now.
+    bool has_work_locked();
+    // Queued bytes that make a batch worth committing without waiting more.
+    std::uint64_t batch_bytes_goal() const { return std::min(k_max_batch_bytes, m_capacity / 2); }
+    // Waits up to k_small_batch_window for a batch worth a commit.
+    void linger_locked(std::unique_lock<std::mutex>& lock);
+    // Moves queued writes into `batch`: small ones up to a batch's bounds,
+    // or one file write.
+    void take_batch_locked(Batch& batch, bool small);
     // A push: the write `seq` of `id`, outstanding while its slot's queued
     // or in-flight write has that sequence number.
     struct Push {
@@ -168,6 +187,8 @@ private:
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
     std::uint64_t m_coalesced = 0;
+    unsigned m_flushes = 0;           // flush_until calls waiting
+    bool m_small_writer_busy = false; // a writer is gathering or committing small entries
     bool m_paused = false;
     bool m_stop = false;
     std::vector<std::thread> m_threads;

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+// DiskWriteQueue on its own: which writer takes which writes, and when
+// (daemon/store/disk/disk_writer.hpp). The write function here records what
+// it is given instead of writing; the tier's own writes are tested in
+// test_disk_async.cpp and test_disk_small.cpp.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_writer.hpp"
+#include "tests/daemon/store/helpers.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+using namespace pt2cache::daemon::store;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<const PendingWrite> write_of(int n, bool small, std::size_t value_bytes = 100) {
+    auto write = std::make_shared<PendingWrite>();
+    write->ns = "fxgraph";
+    write->key = fmt::format("key-{}", n);
+    write->id = entry_hash(write->ns, write->key);
+    write->entry.value = Blob::copy_of(std::string(value_bytes, 'v'));
+    write->encoded = encode_parts(write->ns, write->key, write->entry, 1ULL << 40, 1);
+    write->small = small;
+    return write;
+}
+
+// Records each batch's size and how many batches were being written at once.
+struct Recorder {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::size_t> batches;
+    bool mixed = false; // a batch held a file and anything else
+    int writing = 0;
+    int most_writing = 0;
+    std::chrono::milliseconds hold{0}; // how long each write takes
+
+    DiskWriteQueue::WriteFn fn() {
+        return [this](std::span<const PendingWrite* const> batch) {
+            {
+                std::lock_guard lock(mutex);
+                ++writing;
+                most_writing = std::max(most_writing, writing);
+                changed.notify_all();
+            }
+            std::this_thread::sleep_for(hold);
+            std::lock_guard lock(mutex);
+            --writing;
+            const bool small = batch.front()->small;
+            for (const PendingWrite* write : batch) {
+                mixed = mixed || write->small != small || (!small && batch.size() > 1);
+            }
+            batches.push_back(batch.size());
+            changed.notify_all();
+        };
+    }
+    std::size_t written() {
+        std::lock_guard lock(mutex);
+        std::size_t total = 0;
+        for (const std::size_t size : batches) {
+            total += size;
+        }
+        return total;
+    }
+};
+
+} // namespace
+
+TEST_CASE("write queue gathers small writes into one commit", "[store][disk][writer]") {
+    Recorder recorder;
+    DiskWriteQueue queue(64ULL << 20, 2, recorder.fn());
+    // Pushed well within one window: the first wakes a writer, which waits
+    // for the rest instead of committing each alone.
+    constexpr int k_writes = 50;
+    const auto started = Clock::now();
+    for (int i = 0; i < k_writes; ++i) {
+        queue.push(write_of(i, true));
+    }
+    const bool within_window = Clock::now() - started < DiskWriteQueue::k_small_batch_window / 2;
+    // No flush: the window alone ends the wait.
+    REQUIRE(pt2cache::tests::wait_until([&] { return queue.size() == 0; }, 5s));
+    CHECK(recorder.written() == k_writes);
+    if (within_window) { // else the machine was too slow to say anything
+        std::lock_guard lock(recorder.mutex);
+        CHECK(recorder.batches.size() <= 2);
+    }
+}
+
+TEST_CASE("write queue lets one writer at a time take small writes", "[store][disk][writer]") {
+    Recorder recorder;
+    recorder.hold = 2ms;
+    DiskWriteQueue queue(64ULL << 20, 4, recorder.fn());
+    // Paced over several windows, so that writes keep arriving while one
+    // writer commits: the idle writers must leave them to it.
+    constexpr int k_writes = 3000;
+    for (int i = 0; i < k_writes; ++i) {
+        queue.push(write_of(i, true));
+        if (i % 100 == 99) {
+            std::this_thread::sleep_for(3ms);
+        }
+    }
+    queue.flush();
+    CHECK(recorder.written() == k_writes);
+    std::lock_guard lock(recorder.mutex);
+    CHECK(recorder.most_writing == 1);
+}
+
+TEST_CASE("write queue writes files in parallel", "[store][disk][writer]") {
+    Recorder recorder;
+    recorder.hold = 300ms;
+    DiskWriteQueue queue(64ULL << 20, 2, recorder.fn());
+    std::this_thread::sleep_for(100ms); // both writers asleep on an empty queue
+    queue.push(write_of(1, false));
+    queue.push(write_of(2, false));
+    // Files are not the one small-entry writer's: both write at once.
+    {
+        std::unique_lock lock(recorder.mutex);
+        recorder.changed.wait_for(lock, 5s, [&] { return recorder.writing == 2; });
+        CHECK(recorder.most_writing == 2);
+    }
+    queue.flush();
+    std::lock_guard lock(recorder.mutex);
+    CHECK(recorder.batches == std::vector<std::size_t>{1, 1});
+}
+
+TEST_CASE("write queue flush does not wait out the window", "[store][disk][writer]") {
+    Recorder recorder;
+    DiskWriteQueue queue(64ULL << 20, 1, recorder.fn());
+    // Many windows' worth of flushes: each commits at once.
+    constexpr int k_rounds = 20;
+    const auto started = Clock::now();
+    for (int i = 0; i < k_rounds; ++i) {
+        queue.push(write_of(i, true));
+        REQUIRE(queue.flush_until(Clock::now() + 10s));
+    }
+    CHECK(recorder.written() == k_rounds);
+    CHECK(Clock::now() - started < k_rounds * DiskWriteQueue::k_small_batch_window);
+}
+
+TEST_CASE("write queue coalesces repeated small writes within the window",
+          "[store][disk][writer]") {
+    Recorder recorder;
+    DiskWriteQueue queue(64ULL << 20, 1, recorder.fn());
+    const auto started = Clock::now();
+    for (int i = 0; i < 20; ++i) {
+        queue.push(write_of(7, true));
+    }
+    const bool within_window = Clock::now() - started < DiskWriteQueue::k_small_batch_window / 2;
+    queue.flush();
+    if (within_window) {
+        CHECK(queue.coalesced() >= 18); // the first may be taken before the rest
+        CHECK(recorder.written() <= 2);
+    }
+    CHECK(recorder.written() + queue.coalesced() == 20);
+}
+
+TEST_CASE("write queue ends the window once a batch's bytes wait", "[store][disk][writer]") {
+    Recorder recorder;
+    // 2 MiB of room: a batch is worth committing at 1 MiB.
+    DiskWriteQueue queue(2ULL << 20, 1, recorder.fn());
+    for (int i = 0; i < 40; ++i) {
+        queue.push(write_of(i, true, 64 << 10)); // waits for room when full: never drops
+    }
+    queue.flush();
+    CHECK(recorder.written() == 40);
+    std::lock_guard lock(recorder.mutex);
+    CHECK(recorder.batches.size() >= 2);
+}
+
+TEST_CASE("write queue never mixes a file into a batch of small writes", "[store][disk][writer]") {
+    Recorder recorder;
+    DiskWriteQueue queue(64ULL << 20, 1, recorder.fn());
+    // A small write wakes the writer, which waits for more; meanwhile the
+    // front changes to a file.
+    const auto first = write_of(1, true);
+    queue.push(first);
+    std::this_thread::sleep_for(DiskWriteQueue::k_small_batch_window / 5);
+    queue.cancel(first->id);
+    queue.push(write_of(2, false));
+    queue.push(write_of(3, true));
+    queue.push(write_of(4, true));
+    queue.push(write_of(5, false));
+    queue.flush();
+    CHECK(recorder.written() == 4);
+    std::lock_guard lock(recorder.mutex);
+    CHECK_FALSE(recorder.mixed);
+}
