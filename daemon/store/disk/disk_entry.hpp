@@ -103,6 +103,12 @@ struct EncodedEntry {
 EncodedEntry encode_parts(std::string_view ns, std::string_view key, const Entry& entry,
                           std::uint64_t compress_threshold, int level);
 
+// The size of an entry stored uncompressed: what encode_parts gives then.
+constexpr std::uint64_t encoded_entry_size(std::uint64_t ns_size, std::uint64_t key_size,
+                                           std::uint64_t value_size) {
+    return k_entry_header_size + ns_size + key_size + value_size + k_entry_trailer_size;
+}
+
 // `encode_parts`, joined into one buffer.
 std::vector<std::byte> encode(std::string_view ns, std::string_view key, const Entry& entry,
                               std::uint64_t compress_threshold, int level);

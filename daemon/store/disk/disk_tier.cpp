@@ -324,7 +324,9 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
     write.id = id;
     write.encoded =
         encode_parts(ns, key, entry, m_options.compress_threshold, m_options.compress_level);
-    if (routes_small(write.encoded.size())) {
+    write.encoded_ready = true;
+    write.encoded_size = write.encoded.size();
+    if (routes_small(write.encoded_size)) {
         const PendingWrite* const batch[] = {&write};
         return write_small(batch, false);
     }
@@ -353,9 +355,19 @@ std::shared_ptr<PendingWrite> DiskTier::pending_write(std::string_view ns, std::
     write->key = key;
     write->id = id;
     write->entry = entry;
-    write->encoded =
-        encode_parts(ns, key, write->entry, m_options.compress_threshold, m_options.compress_level);
-    write->small = routes_small(write->encoded.size());
+    const std::uint64_t value_size = entry.value.size();
+    if (value_size != 0 && value_size >= m_options.compress_threshold) {
+        write->encoded = encode_parts(ns, key, write->entry, m_options.compress_threshold,
+                                      m_options.compress_level);
+        write->encoded_ready = true;
+        write->encoded_size = write->encoded.size();
+    } else {
+        // Stored as is: the writer encodes it (PendingWrite::encode).
+        write->encoded_size = encoded_entry_size(ns.size(), key.size(), value_size);
+    }
+    write->held_bytes = key.size() + value_size + k_entry_header_size + ns.size() + key.size() +
+                        write->encoded.compressed_payload.size();
+    write->small = routes_small(write->encoded_size);
     return write;
 }
 
@@ -418,7 +430,7 @@ void DiskTier::write_queued(std::span<const PendingWrite* const> batch) {
     }
     for (const PendingWrite* write : batch) {
         std::lock_guard lock(stripe(write->id));
-        const auto written = write_entry(write->ns, write->id, write->id.hex(), write->encoded);
+        const auto written = write_entry(write->ns, write->id, write->id.hex(), write->encode());
         if (!written) {
             log_write_error(write->ns, write->key, written.error());
         }

@@ -139,7 +139,7 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
         writes.push_back(
             SmallWrite{write->ns,
                        write->id,
-                       {std::span<const std::byte>(write->encoded.head), write->encoded.payload,
+                       {std::span<const std::byte>(write->encode().head), write->encoded.payload,
                         std::span<const std::byte>(write->encoded.trailer)}});
         included.push_back(write);
     }
@@ -168,7 +168,7 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
         return {};
     }
     for (const PendingWrite* write : included) {
-        m_index.record(write->ns, write->id, small_charge(write->encoded.size()), true);
+        m_index.record(write->ns, write->id, small_charge(write->encoded_size), true);
     }
     wake_evictor_if_needed();
     return {};

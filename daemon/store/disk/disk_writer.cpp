@@ -311,7 +311,7 @@ void DiskWriteQueue::take_batch_locked(Batch& batch, bool small) {
             continue;
         }
         Slot& slot = it->second;
-        const std::uint64_t size = slot.queued->encoded.size();
+        const std::uint64_t size = slot.queued->encoded_size;
         // A batch is all small entries or one file (the front may have
         // changed while the writer waited: then it takes nothing).
         if (slot.queued->small != small ||

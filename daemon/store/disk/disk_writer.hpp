@@ -51,15 +51,28 @@ namespace pt2cache::daemon::store {
 struct PendingWrite {
     std::string ns;
     std::string key;
-    Hash128 id;           // entry_hash(ns, key): the file name
-    Entry entry;          // what lookups answer while the write waits
-    EncodedEntry encoded; // `payload` views `entry.value` or `encoded.compressed_payload`
-    bool small = false;   // bound for the small-entry store: may share a batch
+    Hash128 id;  // entry_hash(ns, key): the file name
+    Entry entry; // what lookups answer while the write waits
+    // The entry as stored: `payload` views `entry.value` or
+    // `encoded.compressed_payload`. Encoded when queued if the value was
+    // compressed; else by the writer that takes the write (`encode`), off the
+    // I/O threads and only for writes that are not replaced first. Only
+    // that writer touches it then (one write per entry at a time); lookups
+    // read `entry`, never this.
+    mutable EncodedEntry encoded;
+    mutable bool encoded_ready = false;
+    std::uint64_t encoded_size = 0; // encoded.size(), known when queued
+    std::uint64_t held_bytes = 0;   // bytes held, for the queue's bound
+    bool small = false;             // bound for the small-entry store: may share a batch
 
-    // Bytes held by this write, for the queue's bound.
-    std::uint64_t bytes() const {
-        return key.size() + entry.value.size() + encoded.head.size() +
-               encoded.compressed_payload.size();
+    std::uint64_t bytes() const { return held_bytes; }
+    // `encoded`, ready (for the writer holding this write).
+    const EncodedEntry& encode() const {
+        if (!encoded_ready) {
+            encoded = encode_parts(ns, key, entry, ~std::uint64_t{0}, 0);
+            encoded_ready = true;
+        }
+        return encoded;
     }
 };
 

@@ -31,7 +31,8 @@ std::shared_ptr<const PendingWrite> write_of(int n, bool small, std::size_t valu
     write->key = fmt::format("key-{}", n);
     write->id = entry_hash(write->ns, write->key);
     write->entry.value = Blob::copy_of(std::string(value_bytes, 'v'));
-    write->encoded = encode_parts(write->ns, write->key, write->entry, 1ULL << 40, 1);
+    write->encoded_size = encoded_entry_size(write->ns.size(), write->key.size(), value_bytes);
+    write->held_bytes = write->encoded_size;
     write->small = small;
     return write;
 }
@@ -195,4 +196,16 @@ TEST_CASE("write queue never mixes a file into a batch of small writes", "[store
     CHECK(recorder.written() == 4);
     std::lock_guard lock(recorder.mutex);
     CHECK_FALSE(recorder.mixed);
+}
+
+TEST_CASE("a queued write encodes as the tier would have when queued", "[store][disk][writer]") {
+    const auto write = write_of(9, true, 300);
+    const EncodedEntry expected = encode_parts(write->ns, write->key, write->entry, 4096, 3);
+    const EncodedEntry& lazy = write->encode();
+    CHECK(lazy.head == expected.head);
+    CHECK(std::equal(lazy.payload.begin(), lazy.payload.end(), expected.payload.begin(),
+                     expected.payload.end()));
+    CHECK(lazy.trailer == expected.trailer);
+    CHECK(write->encoded_size == expected.size());
+    CHECK(&write->encode() == &lazy); // once
 }
