@@ -294,6 +294,9 @@ bool DiskWriteQueue::has_work_locked() {
 }
 
 void DiskWriteQueue::linger_locked(std::unique_lock<std::mutex>& lock) {
+    if (m_ready.size() < k_busy_ready) {
+        return; // a quiet queue: commit at once
+    }
     m_work.wait_until(lock, Clock::now() + k_small_batch_window, [&] {
         return m_stop || m_flushes > 0 || m_ready.size() >= k_max_small_batch ||
                m_bytes >= batch_bytes_goal();

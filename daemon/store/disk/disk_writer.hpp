@@ -10,11 +10,13 @@
 // - small entries (those bound for the LMDB store) are handed to a writer in
 //   batches of up to 4096 entries or 4 MiB, which it commits in one
 //   transaction (group commit); other writes one at a time, in parallel. One
-//   writer at a time takes small entries (LMDB has one writer anyway): it
-//   waits up to k_small_batch_window for more first (a full batch, a flush
-//   or a shutdown ends the wait), so a busy queue costs one commit per
-//   window instead of one per few puts, and a put of an entry still queued
-//   replaces it instead of being written too;
+//   writer at a time takes small entries (LMDB has one writer anyway). On a
+//   busy queue (k_busy_ready entries or more waiting when it looks) it waits
+//   up to k_small_batch_window for more first (a full batch, a flush or a
+//   shutdown ends the wait), so a busy queue costs one commit per window
+//   instead of one per few puts, and a put of an entry still queued
+//   replaces it instead of being written too. A quiet queue is committed at
+//   once;
 // - one write per entry at a time. A newer write of an entry still
 //   queued replaces it (last write wins, counted in `coalesced`); one of an
 //   entry being written waits behind that write;
@@ -86,6 +88,7 @@ public:
     static constexpr std::uint64_t k_max_batch_bytes = 4ULL << 20;
     // How long a writer gathers small entries before committing them.
     static constexpr std::chrono::milliseconds k_small_batch_window{25};
+    static constexpr std::size_t k_busy_ready = 64;
 
     // Starts `threads` (at least 1) writer threads calling `write`.
     DiskWriteQueue(std::uint64_t capacity_bytes, unsigned threads, WriteFn write);
@@ -159,7 +162,8 @@ private:
     bool has_work_locked();
     // Queued bytes that make a batch worth committing without waiting more.
     std::uint64_t batch_bytes_goal() const { return std::min(k_max_batch_bytes, m_capacity / 2); }
-    // Waits up to k_small_batch_window for a batch worth a commit.
+    // On a busy queue, waits up to k_small_batch_window for a batch worth a
+    // commit.
     void linger_locked(std::unique_lock<std::mutex>& lock);
     // Moves queued writes into `batch`: small ones up to a batch's bounds,
     // or one file write.
