@@ -179,13 +179,13 @@ Writer& Writer::error(std::string_view text) {
     return line('-', text);
 }
 Writer& Writer::number_line(char type, std::int64_t value) {
-    char line[1 + 20 + 2]; // type, "-9223372036854775808", CRLF
-    line[0] = type;
-    const auto [end, error] = std::to_chars(line + 1, line + 21, value);
+    char text[1 + 20 + 2]; // type, "-9223372036854775808", CRLF
+    text[0] = type;
+    const auto [end, error] = std::to_chars(text + 1, text + 21, value);
     (void)error; // 20 characters hold every int64
     end[0] = '\r';
     end[1] = '\n';
-    const auto* bytes = reinterpret_cast<const std::byte*>(line);
+    const auto* bytes = reinterpret_cast<const std::byte*>(text);
     m_out.insert(m_out.end(), bytes, reinterpret_cast<const std::byte*>(end + 2));
     return *this;
 }
