@@ -231,8 +231,10 @@ private:
     // Small entries: null when disabled or unavailable (then files only).
     std::unique_ptr<SmallStore> m_small;
     // Puts, removes, eviction and migration of one id, serialised; always
-    // taken before an LMDB write transaction.
-    std::array<std::mutex, 64> m_stripes;
+    // taken before an LMDB write transaction. A batch of small writes holds
+    // all of them, plus the store's two: ThreadSanitizer tracks at most 64
+    // locks held by one thread.
+    std::array<std::mutex, 32> m_stripes;
     std::mutex m_touch_mutex;
     std::vector<std::pair<std::string, Hash128>> m_touched; // small entries read since the flush
     std::atomic<bool> m_migration_done{false};
