@@ -82,10 +82,10 @@ namespace {
 
 // Queues `count` small writes numbered from `first` while the writers are
 // paused, so that a writer finds them all waiting: a busy queue.
-void push_paused(DiskWriteQueue& queue, int first, int count) {
+void push_paused(DiskWriteQueue& queue, int first, int count, std::size_t value_bytes = 100) {
     queue.set_paused(true);
     for (int i = first; i < first + count; ++i) {
-        queue.push(write_of(i, true));
+        queue.push(write_of(i, true, value_bytes)); // fits: the queue's bound is far
     }
     queue.set_paused(false);
 }
@@ -200,15 +200,21 @@ TEST_CASE("write queue coalesces repeated small writes within the window",
 
 TEST_CASE("write queue ends the window once a batch's bytes wait", "[store][disk][writer]") {
     Recorder recorder;
-    // 2 MiB of room: a batch is worth committing at 1 MiB.
-    DiskWriteQueue queue(2ULL << 20, 1, recorder.fn());
-    for (int i = 0; i < 40; ++i) {
-        queue.push(write_of(i, true, 64 << 10)); // waits for room when full: never drops
+    // 4 MiB of room: a batch is worth committing at 2 MiB.
+    DiskWriteQueue queue(4ULL << 20, 1, recorder.fn());
+    // A busy queue already past 2 MiB: the writer need not wait. One that
+    // waited out the window would take at least that long every time.
+    constexpr int k_waiting = static_cast<int>(DiskWriteQueue::k_busy_ready) + 32;
+    constexpr std::size_t k_value = 16 << 10;
+    auto fastest = Clock::duration::max();
+    for (int round = 0; round < 3; ++round) {
+        const auto started = Clock::now();
+        push_paused(queue, round * 1000, k_waiting, k_value);
+        REQUIRE(pt2cache::tests::wait_until([&] { return queue.size() == 0; }, 5s));
+        fastest = std::min(fastest, Clock::now() - started);
     }
-    queue.flush();
-    CHECK(recorder.written() == 40);
-    std::lock_guard lock(recorder.mutex);
-    CHECK(recorder.batches.size() >= 2);
+    CHECK(recorder.written() == 3 * k_waiting);
+    CHECK(fastest < DiskWriteQueue::k_small_batch_window);
 }
 
 TEST_CASE("write queue never mixes a file into a batch of small writes", "[store][disk][writer]") {
