@@ -136,11 +136,11 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
             log_write_error(write->ns, write->key, error);
             continue;
         }
-        writes.push_back(
-            SmallWrite{write->ns,
-                       write->id,
-                       {std::span<const std::byte>(write->encode().head), write->encoded.payload,
-                        std::span<const std::byte>(write->encoded.trailer)}});
+        const EncodedEntry& encoded = write->encode();
+        writes.push_back(SmallWrite{write->ns,
+                                    write->id,
+                                    {std::span<const std::byte>(encoded.head), encoded.payload,
+                                     std::span<const std::byte>(encoded.trailer)}});
         included.push_back(write);
     }
     if (writes.empty()) {
