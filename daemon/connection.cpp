@@ -13,8 +13,8 @@ namespace pt2cache::daemon {
 
 Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     : m_socket(std::move(socket))
-    , m_strand(asio::make_strand(m_socket.get_executor()))
-    , m_writer_event(m_strand, std::chrono::steady_clock::time_point::max())
+    , m_executor(m_socket.get_executor())
+    , m_writer_event(m_executor, std::chrono::steady_clock::time_point::max())
     , m_context(context)
     , m_id(id)
     , m_lease(context.inflight) {
@@ -223,7 +223,7 @@ void Connection::write_front() {
     rest.front() += skip;
     asio::async_write(
         m_socket, rest,
-        asio::bind_executor(m_strand, [self = shared_from_this()](
+        asio::bind_executor(m_executor, [self = shared_from_this()](
                                           const boost::system::error_code& ec, std::size_t n) {
             self->m_queued_bytes -= std::min(n, self->m_queued_bytes);
             self->m_front_written = 0;

@@ -19,10 +19,12 @@ public:
     Connection(UnixSocket socket, Context& context, std::uint64_t id);
 
     // Serves the connection until the peer leaves, a protocol error closes
-    // it, or the daemon stops. Runs on executor(), a strand.
+    // it, or the daemon stops. Runs on executor().
     awaitable<void> run();
-    // The connection's strand: its session and its reply writer run there.
-    asio::strand<asio::any_io_executor> executor() const { return m_strand; }
+    // The connection's loop: its session and its reply writer run there. One
+    // thread runs each loop (server.cpp), so they never run at once and need
+    // no strand.
+    asio::any_io_executor executor() const { return m_executor; }
 
     // The client process (SO_PEERCRED); -1 when unknown.
     pid_t peer_pid() const { return m_peer.pid; }
@@ -54,7 +56,7 @@ public:
     // written. False when the peer is gone.
     awaitable<bool> flush(OutputBatch& batch);
     // Sends and clears `batch` without waiting: what the socket takes now is
-    // written at once, the rest by a writer on the strand while the session
+    // written at once, the rest by a writer on the loop while the session
     // goes on reading. A client that sends a long pipeline before reading
     // any reply so never blocks against us (docs/protocol.md, "Pipelining").
     // False when an earlier write failed (the peer is gone).
@@ -76,7 +78,7 @@ private:
     bool peer_allowed();
     // Brings the lease in line with the input buffer's capacity.
     awaitable<bool> lease_input();
-    // Starts an async_write of the front of m_queued (the strand is held).
+    // Starts an async_write of the front of m_queued (on the loop's thread).
     void write_front();
     // Waits until the writer has made progress or ended.
     awaitable<void> writer_progress();
@@ -84,7 +86,7 @@ private:
     awaitable<bool> written();
 
     UnixSocket m_socket;
-    asio::strand<asio::any_io_executor> m_strand;
+    asio::any_io_executor m_executor;
     // Replies the socket did not take at once, in order; the front one has
     // `m_front_written` bytes written already.
     std::deque<OutputBatch> m_queued;
