@@ -224,7 +224,7 @@ void Connection::write_front() {
     asio::async_write(
         m_socket, rest,
         asio::bind_executor(m_executor, [self = shared_from_this()](
-                                          const boost::system::error_code& ec, std::size_t n) {
+                                            const boost::system::error_code& ec, std::size_t n) {
             self->m_queued_bytes -= std::min(n, self->m_queued_bytes);
             self->m_front_written = 0;
             if (ec) {
