@@ -39,20 +39,70 @@ void DiskIndex::sub_total(const Node& node) {
     m_total.fetch_sub(node.size, std::memory_order_relaxed);
 }
 
+std::uint32_t DiskIndex::allocate_locked(const Node& node) {
+    std::uint32_t at = m_free;
+    if (at != k_none) {
+        m_free = m_nodes[at].newer;
+        m_nodes[at] = node;
+    } else {
+        at = static_cast<std::uint32_t>(m_nodes.size());
+        m_nodes.push_back(node);
+    }
+    return at;
+}
+
+void DiskIndex::link_end_locked(std::uint32_t at, End end) {
+    // The mirror images in one: `outward` points past the chosen end,
+    // `inward` back into the list.
+    const bool newest = end == End::newest;
+    const auto outward = newest ? &Node::newer : &Node::older;
+    const auto inward = newest ? &Node::older : &Node::newer;
+    std::uint32_t& this_end = newest ? m_newest : m_oldest;
+    std::uint32_t& other_end = newest ? m_oldest : m_newest;
+    Node& node = m_nodes[at];
+    node.*outward = k_none;
+    node.*inward = this_end;
+    (this_end != k_none ? m_nodes[this_end].*outward : other_end) = at;
+    this_end = at;
+}
+
+void DiskIndex::unlink_locked(std::uint32_t at) {
+    const Node& node = m_nodes[at];
+    // The node's newer neighbour (or m_newest, when it is the newest) now
+    // points past it to its older one, and the other way round.
+    (node.newer != k_none ? m_nodes[node.newer].older : m_newest) = node.older;
+    (node.older != k_none ? m_nodes[node.older].newer : m_oldest) = node.newer;
+}
+
+void DiskIndex::remove_locked(std::uint32_t at) {
+    unlink_locked(at);
+    Node& node = m_nodes[at];
+    sub_total(node);
+    m_map.erase(node.id);
+    node.older = k_none;
+    node.newer = m_free;
+    m_free = at;
+}
+
 void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t size, bool small) {
     std::lock_guard lock(m_mutex);
-    if (const auto it = m_map.find(id); it != m_map.end()) {
-        Node& node = *it->second;
+    const auto [it, added] = m_map.try_emplace(id, k_none);
+    if (!added) {
+        const std::uint32_t at = it->second;
+        Node& node = m_nodes[at];
         sub_total(node);
         node.size = size;
         node.small = small;
         add_total(node);
-        m_lru.splice(m_lru.begin(), m_lru, it->second);
+        unlink_locked(at);
+        link_end_locked(at, End::newest);
         return;
     }
-    m_lru.push_front(Node{id, intern_locked(ns), size, small});
-    m_map.emplace(id, m_lru.begin());
-    add_total(m_lru.front());
+    const std::uint32_t at =
+        allocate_locked(Node{id, size, intern_locked(ns), k_none, k_none, small});
+    it->second = at;
+    link_end_locked(at, End::newest);
+    add_total(m_nodes[at]);
 }
 
 void DiskIndex::erase(const Hash128& id) {
@@ -61,12 +111,9 @@ void DiskIndex::erase(const Hash128& id) {
         m_erased_while_scanning.insert(id);
     }
     const auto it = m_map.find(id);
-    if (it == m_map.end()) {
-        return;
+    if (it != m_map.end()) {
+        remove_locked(it->second);
     }
-    sub_total(*it->second);
-    m_lru.erase(it->second);
-    m_map.erase(it);
 }
 
 void DiskIndex::relocate(const Hash128& id, std::uint64_t size, bool small) {
@@ -75,10 +122,11 @@ void DiskIndex::relocate(const Hash128& id, std::uint64_t size, bool small) {
     if (it == m_map.end()) {
         return;
     }
-    sub_total(*it->second);
-    it->second->size = size;
-    it->second->small = small;
-    add_total(*it->second);
+    Node& node = m_nodes[it->second];
+    sub_total(node);
+    node.size = size;
+    node.small = small;
+    add_total(node);
 }
 
 void DiskIndex::erase_small_of(std::string_view ns) {
@@ -87,50 +135,54 @@ void DiskIndex::erase_small_of(std::string_view ns) {
     if (index == m_ns_indexes.end()) {
         return;
     }
-    for (auto it = m_lru.begin(); it != m_lru.end();) {
-        if (it->small && it->ns_index == index->second) {
+    for (std::uint32_t at = m_newest; at != k_none;) {
+        const Node& node = m_nodes[at];
+        const std::uint32_t older = node.older;
+        if (node.small && node.ns_index == index->second) {
             if (m_scanning) {
-                m_erased_while_scanning.insert(it->id);
+                m_erased_while_scanning.insert(node.id);
             }
-            sub_total(*it);
-            m_map.erase(it->id);
-            it = m_lru.erase(it);
-        } else {
-            ++it;
+            remove_locked(at);
         }
+        at = older;
     }
 }
 
 std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
     std::lock_guard lock(m_mutex);
-    if (m_lru.empty()) {
+    if (m_oldest == k_none) {
         return std::nullopt;
     }
-    const Node node = m_lru.back();
-    m_map.erase(node.id);
-    m_lru.pop_back();
-    sub_total(node);
+    const Node node = m_nodes[m_oldest];
+    remove_locked(m_oldest);
     return Victim{m_ns_names[node.ns_index], node.id, node.size, node.small};
 }
 
 void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     // Most recent first, so appending keeps the oldest at the back; of two
     // records of one id the small one first, so that it is the one kept.
-    // Sorted as (time, position) pairs: a million entries must index fast.
-    std::vector<std::pair<UnixMs, std::uint32_t>> order;
+    // Sorted as compact keys, never looking at `scanned`: a million entries
+    // must index fast, and a filled cache holds many equal times.
+    struct Key {
+        UnixMs time;
+        std::uint32_t position;
+        bool small;
+    };
+    std::vector<Key> order;
     order.reserve(scanned.size());
     for (std::size_t i = 0; i < scanned.size(); ++i) {
-        order.emplace_back(scanned[i].mtime_ms, static_cast<std::uint32_t>(i));
+        order.push_back(Key{scanned[i].mtime_ms, static_cast<std::uint32_t>(i), scanned[i].small});
     }
-    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
-        if (a.first != b.first) {
-            return a.first > b.first;
+    std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
+        if (a.time != b.time) {
+            return a.time > b.time;
         }
-        return scanned[a.second].small > scanned[b.second].small;
+        return a.small > b.small;
     });
     {
         std::lock_guard lock(m_mutex);
         m_map.reserve(m_map.size() + scanned.size());
+        m_nodes.reserve(m_nodes.size() + scanned.size());
     }
     std::string_view last_ns;
     std::uint32_t last_ns_index = 0;
@@ -138,19 +190,24 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
         const std::size_t end = std::min(order.size(), start + k_merge_batch);
         std::lock_guard lock(m_mutex);
         for (std::size_t i = start; i < end; ++i) {
-            // `order` visits `scanned` at random: fetch a few records ahead
-            // (a miss per record was a sixth of a 1 M-entry start).
-            if (i + k_prefetch_ahead < order.size()) {
-                const auto* ahead =
-                    reinterpret_cast<const char*>(&scanned[order[i + k_prefetch_ahead].second]);
+            // `order` visits `scanned`, and each id its place in the map, at
+            // random: fetch the record 2 × k_prefetch_ahead ahead (a miss per
+            // record was a sixth of a 1 M-entry start), and the map's group
+            // of the one k_prefetch_ahead ahead (its record is in cache).
+            if (i + 2 * k_prefetch_ahead < order.size()) {
+                const auto* ahead = reinterpret_cast<const char*>(
+                    &scanned[order[i + 2 * k_prefetch_ahead].position]);
                 __builtin_prefetch(ahead);
                 __builtin_prefetch(ahead + sizeof(ScannedFile) - 1);
             }
-            const ScannedFile& file = scanned[order[i].second];
+            if (i + k_prefetch_ahead < order.size()) {
+                m_map.prefetch(scanned[order[i + k_prefetch_ahead].position].id);
+            }
+            const ScannedFile& file = scanned[order[i].position];
             if (!m_erased_while_scanning.empty() && m_erased_while_scanning.contains(file.id)) {
                 continue;
             }
-            const auto [it, added] = m_map.try_emplace(file.id, m_lru.end());
+            const auto [it, added] = m_map.try_emplace(file.id, k_none);
             if (!added) {
                 continue;
             }
@@ -158,9 +215,13 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
                 last_ns_index = intern_locked(file.ns);
                 last_ns = file.ns;
             }
-            m_lru.push_back(Node{file.id, last_ns_index, file.size, file.small});
-            it->second = std::prev(m_lru.end());
-            add_total(m_lru.back());
+            const std::uint32_t at = allocate_locked(
+                Node{file.id, file.size, last_ns_index, k_none, k_none, file.small});
+            it->second = at;
+            // Behind everything known: the scan's records are older than any
+            // entry touched since startup.
+            link_end_locked(at, End::oldest);
+            add_total(m_nodes[at]);
         }
     }
     std::lock_guard lock(m_mutex);
@@ -174,7 +235,7 @@ std::optional<bool> DiskIndex::where(const Hash128& id) const {
     if (it == m_map.end()) {
         return std::nullopt;
     }
-    return it->second->small;
+    return m_nodes[it->second].small;
 }
 
 bool DiskIndex::contains(const Hash128& id) const {
