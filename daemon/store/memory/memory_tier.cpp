@@ -104,19 +104,18 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
         return {};
     }
     const std::uint64_t charge = charge_of(ns, key, entry.value.size());
-    // Build the list node and the map node before locking, so the critical
-    // section only relinks them.
+    // Build the list node before locking, so the critical section only
+    // relinks it (and fills a slot of the flat map).
     List fresh;
     fresh.emplace_back(make_id(ns, key), ns.size(), entry, charge);
-    Map staging;
-    staging.emplace(std::string_view(fresh.front().id), fresh.begin());
-    auto map_node = staging.extract(staging.begin());
+    const std::string_view id = fresh.front().id;
+    const List::iterator node = fresh.begin();
 
     List replaced; // destroyed after the lock is released
     List evicted;
     {
         std::lock_guard lock(m_mutex);
-        if (const auto it = m_map.find(map_node.key()); it != m_map.end()) {
+        if (const auto it = m_map.find(id); it != m_map.end()) {
             unlink_locked(it, replaced);
         }
         if (charge > m_max_entry) {
@@ -126,7 +125,7 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
         }
         make_room_locked(charge, evicted);
         m_lru.splice(m_lru.begin(), fresh);
-        m_map.insert(std::move(map_node));
+        m_map.emplace(id, node);
         m_size += charge;
     }
     count_evictions(evicted);

