@@ -84,6 +84,7 @@ private:
     // An entry, in a slab (m_nodes) and in the LRU order, a doubly linked
     // list through slab positions: one allocation for all entries, not two
     // per entry (a million-entry start spent a third of its time there).
+    // The slab keeps its size; removed entries' positions are reused.
     struct Node {
         Hash128 id;
         std::uint64_t size = 0;
