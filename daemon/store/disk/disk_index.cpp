@@ -86,8 +86,7 @@ void DiskIndex::remove_locked(std::uint32_t at) {
 
 void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t size, bool small) {
     std::lock_guard lock(m_mutex);
-    const auto [it, added] = m_map.try_emplace(id, k_none);
-    if (!added) {
+    if (const auto it = m_map.find(id); it != m_map.end()) {
         const std::uint32_t at = it->second;
         Node& node = m_nodes[at];
         sub_total(node);
@@ -100,9 +99,11 @@ void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t siz
     }
     const std::uint32_t at =
         allocate_locked(Node{id, size, intern_locked(ns), k_none, k_none, small});
-    it->second = at;
     link_end_locked(at, End::newest);
     add_total(m_nodes[at]);
+    // Last: should it throw (no memory), the table never names a position
+    // that holds no entry.
+    m_map.emplace(id, at);
 }
 
 void DiskIndex::erase(const Hash128& id) {
@@ -207,8 +208,7 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
             if (!m_erased_while_scanning.empty() && m_erased_while_scanning.contains(file.id)) {
                 continue;
             }
-            const auto [it, added] = m_map.try_emplace(file.id, k_none);
-            if (!added) {
+            if (m_map.contains(file.id)) {
                 continue;
             }
             if (last_ns.empty() || file.ns != last_ns) {
@@ -217,11 +217,11 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
             }
             const std::uint32_t at = allocate_locked(
                 Node{file.id, file.size, last_ns_index, k_none, k_none, file.small});
-            it->second = at;
             // Behind everything known: the scan's records are older than any
             // entry touched since startup.
             link_end_locked(at, End::oldest);
             add_total(m_nodes[at]);
+            m_map.emplace(file.id, at); // last, as in record()
         }
     }
     std::lock_guard lock(m_mutex);

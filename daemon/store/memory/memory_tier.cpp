@@ -124,8 +124,10 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
             return {};
         }
         make_room_locked(charge, evicted);
-        m_lru.splice(m_lru.begin(), fresh);
+        // The map first: should its growth throw (no memory), the list
+        // holds no node the map does not name.
         m_map.emplace(id, node);
+        m_lru.splice(m_lru.begin(), fresh); // `node` now names the element in m_lru
         m_size += charge;
     }
     count_evictions(evicted);
