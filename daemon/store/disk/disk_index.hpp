@@ -5,8 +5,6 @@
 // be answered without looking.
 #pragma once
 
-#include <absl/container/flat_hash_map.h>
-#include <absl/container/flat_hash_set.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +18,9 @@
 
 #include "daemon/store/tier.hpp"
 #include "daemon/store/xxh3.hpp"
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 
 namespace pt2cache::daemon::store {
 

@@ -3,7 +3,6 @@
 // in CLOCK order.
 #pragma once
 
-#include <absl/container/flat_hash_map.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +16,8 @@
 
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
+
+#include <absl/container/flat_hash_map.h>
 
 namespace pt2cache::daemon::store {
 
