@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
     std::printf("steady_clock::now() alone:               %6.1f ns\n", clock_only(iterations));
     for (const int threads : {1, 2, 4}) {
         std::printf("clock + record, %d thread%s (same series): %6.1f ns per observation\n",
-                    threads, threads > 1 ? "s" : " ", run(*counters, threads, iterations / threads));
+                    threads, threads > 1 ? "s" : " ",
+                    run(*counters, threads, iterations / threads));
     }
     return 0;
 }
