@@ -132,6 +132,11 @@ void DiskIndex::relocate(const Hash128& id, std::uint64_t size, bool small) {
 
 void DiskIndex::erase_small_of(std::string_view ns) {
     std::lock_guard lock(m_mutex);
+    if (m_scanning) {
+        // The scan may have read small entries of `ns` before the CLEAR
+        // removed them: the merge must not add them back.
+        m_small_cleared_while_scanning.emplace(ns);
+    }
     const auto index = m_ns_indexes.find(ns);
     if (index == m_ns_indexes.end()) {
         return;
@@ -208,6 +213,12 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
             if (!m_erased_while_scanning.empty() && m_erased_while_scanning.contains(file.id)) {
                 continue;
             }
+            // A small entry written after the CLEAR was recorded when
+            // written, so it is in the map already: skipping loses nothing.
+            if (file.small && !m_small_cleared_while_scanning.empty() &&
+                m_small_cleared_while_scanning.contains(file.ns)) {
+                continue;
+            }
             if (m_map.contains(file.id)) {
                 continue;
             }
@@ -227,6 +238,7 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     std::lock_guard lock(m_mutex);
     m_scanning = false;
     m_erased_while_scanning = {};
+    m_small_cleared_while_scanning = {};
 }
 
 std::optional<bool> DiskIndex::where(const Hash128& id) const {

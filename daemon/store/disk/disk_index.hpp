@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,7 +54,8 @@ public:
     // (migration). Nothing when unknown.
     void relocate(const Hash128& id, std::uint64_t size, bool small);
 
-    // Forgets every small entry of `ns` (CLEAR).
+    // Forgets every small entry of `ns` (CLEAR), including those the
+    // startup scan read before it and has not merged yet.
     void erase_small_of(std::string_view ns);
 
     // Removes and returns the least recently used file, if any.
@@ -121,6 +123,8 @@ private:
     std::map<std::string, std::uint32_t, std::less<>> m_ns_indexes;
     bool m_scanning = true;
     absl::flat_hash_set<Hash128, HashOf> m_erased_while_scanning;
+    // Namespaces whose small entries a CLEAR removed while scanning.
+    std::set<std::string, std::less<>> m_small_cleared_while_scanning;
     std::atomic<std::uint64_t> m_total{0};
     std::atomic<std::uint64_t> m_small_total{0};
 };

@@ -57,6 +57,9 @@ public:
         }
     }
     void erase_small_of(const std::string& ns) {
+        if (m_scanning) {
+            m_cleared.insert(ns);
+        }
         for (auto it = m_lru.begin(); it != m_lru.end();) {
             if (it->small && it->ns == ns) {
                 if (m_scanning) {
@@ -85,13 +88,15 @@ public:
             return a.small > b.small;
         });
         for (const auto& file : scanned) {
-            if (m_erased.contains(key(file.id)) || find(file.id) != m_lru.end()) {
+            if (m_erased.contains(key(file.id)) || find(file.id) != m_lru.end() ||
+                (file.small && m_cleared.contains(file.ns))) {
                 continue;
             }
             m_lru.push_back(ModelEntry{file.ns, file.id, file.size, file.small});
         }
         m_scanning = false;
         m_erased.clear();
+        m_cleared.clear();
     }
     const std::list<ModelEntry>& lru() const { return m_lru; }
 
@@ -106,6 +111,7 @@ private:
 
     std::list<ModelEntry> m_lru; // most recent first
     std::set<std::pair<std::uint64_t, std::uint64_t>> m_erased;
+    std::set<std::string> m_cleared; // CLEARed namespaces, while scanning
     bool m_scanning = true;
 };
 
