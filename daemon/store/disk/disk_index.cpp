@@ -160,6 +160,9 @@ std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
         return std::nullopt;
     }
     const Node node = m_nodes[m_oldest];
+    if (m_scanning) {
+        m_erased_while_scanning.insert(node.id); // evicted (a full LMDB map)
+    }
     remove_locked(m_oldest);
     return Victim{m_ns_names[node.ns_index], node.id, node.size, node.small};
 }

@@ -62,8 +62,9 @@ public:
     std::optional<Victim> pop_least_recent();
 
     // Adds the startup scan's entries behind everything already known (older
-    // mtime = less recently used), skipping entries recorded or erased since
-    // startup: the index knows better about those. An id found in both stores
+    // mtime = less recently used), skipping entries recorded, erased or
+    // evicted since startup, and small entries of a namespace CLEARed since:
+    // the index knows better about those. An id found in both stores
     // (a migration interrupted after its commit leaves an identical file
     // behind) is kept once, preferably as small.
     void merge_scan(std::vector<ScannedFile> scanned);

@@ -77,6 +77,9 @@ public:
         }
         ModelEntry entry = m_lru.back();
         m_lru.pop_back();
+        if (m_scanning) {
+            m_erased.insert(key(entry.id));
+        }
         return entry;
     }
     // `scanned` in the index's order: most recent first, small first.
