@@ -15,7 +15,6 @@
 #include "daemon/store/disk/disk_index.hpp"
 
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 using namespace pt2cache::daemon::store;
 
