@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -23,17 +24,24 @@ public:
         return Blob(std::move(owner), view);
     }
 
-    // Copies `bytes` into a new buffer.
+    // Copies `bytes` into a new buffer: one allocation (the count and the
+    // bytes together), and no zeroing before the copy.
     static Blob copy_of(std::span<const std::byte> bytes) {
-        return adopt(std::vector<std::byte>(bytes.begin(), bytes.end()));
+        std::shared_ptr<std::byte[]> owner =
+            std::make_shared_for_overwrite<std::byte[]>(bytes.size());
+        if (!bytes.empty()) {
+            std::memcpy(owner.get(), bytes.data(), bytes.size());
+        }
+        std::span<const std::byte> view(owner.get(), bytes.size());
+        return Blob(std::move(owner), view);
     }
 
     static Blob copy_of(std::string_view text) {
         return copy_of(std::as_bytes(std::span(text.data(), text.size())));
     }
 
-    // A view of `view`, which must lie inside `*owner`.
-    Blob(std::shared_ptr<const std::vector<std::byte>> owner, std::span<const std::byte> view)
+    // A view of `view`, which must lie inside what `owner` keeps alive.
+    Blob(std::shared_ptr<const void> owner, std::span<const std::byte> view)
         : m_owner(std::move(owner))
         , m_view(view) {}
 
@@ -54,7 +62,7 @@ public:
     bool shares_buffer_with(const Blob& other) const { return m_owner == other.m_owner; }
 
 private:
-    std::shared_ptr<const std::vector<std::byte>> m_owner;
+    std::shared_ptr<const void> m_owner;
     std::span<const std::byte> m_view;
 };
 
