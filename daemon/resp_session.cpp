@@ -23,11 +23,15 @@ using proto::resp::Writer;
 // What a command may hold beyond its value (command name, key, options).
 constexpr std::uint64_t k_command_slack = 1 << 20;
 
-// Values a quick SET takes (RespSession::quick). Larger ones go straight to
-// the full path: they are the ones likely to need compression (at
-// disk.compress_threshold) or room the write queue lacks, and a quick try
-// that fails loses its copy of the value.
+// Values a deferred SET takes (RespSession::defer_set). Larger ones go
+// straight to the full path: they are the ones likely to need compression (at
+// disk.compress_threshold) or room the write queue lacks.
 constexpr std::size_t k_quick_value_max = 16 << 10;
+
+// Deferred SETs are stored once this many wait, or values of this many bytes:
+// a pipeline's batch stays small next to the write queue and the input buffer.
+constexpr std::size_t k_max_deferred_sets = 64;
+constexpr std::uint64_t k_max_deferred_bytes = 256 << 10;
 
 std::string upper(std::string_view text) {
     std::string out(text);
@@ -104,6 +108,17 @@ awaitable<void> RespSession::run() {
                     break;
                 }
             }
+            // Replies due before an error or a command that is not a
+            // deferred SET go out first, in order.
+            const bool deferred = std::holds_alternative<proto::resp::Command>(result) &&
+                                  defer_set(std::get<proto::resp::Command>(result).args);
+            if (!deferred && !m_sets.empty()) {
+                const auto flushed = co_await flush_sets();
+                if (flushed == Next::close) {
+                    co_await m_connection.flush(m_out);
+                    co_return;
+                }
+            }
             if (auto* error = std::get_if<proto::resp::ProtocolError>(&result)) {
                 m_context.stats.daemon().protocol_errors++;
                 logger("resp").warn("[{}] protocol error: {}; closing", m_connection.id(),
@@ -124,7 +139,11 @@ awaitable<void> RespSession::run() {
             auto& command = std::get<proto::resp::Command>(result);
             // Plain statements: GCC 12 miscompiles a co_await in a condition.
             auto next = Next::keep;
-            if (!command.args.empty()) {
+            if (deferred) {
+                if (m_sets.size() >= k_max_deferred_sets || m_set_bytes >= k_max_deferred_bytes) {
+                    next = co_await flush_sets();
+                }
+            } else if (!command.args.empty()) {
                 if (const auto served = quick(command.args)) {
                     next = *served;
                 } else {
@@ -146,6 +165,13 @@ awaitable<void> RespSession::run() {
                 }
             }
         }
+        if (!m_sets.empty()) {
+            const auto flushed = co_await flush_sets();
+            if (flushed == Next::close) {
+                co_await m_connection.flush(m_out);
+                co_return;
+            }
+        }
         const bool more = co_await m_connection.next_batch(m_out, want);
         if (!more) {
             co_return;
@@ -154,53 +180,79 @@ awaitable<void> RespSession::run() {
 }
 
 std::optional<RespSession::Next> RespSession::quick(Args args) {
-    const bool is_get = args.size() == 2 && is_command(args[0], "GET");
-    const bool is_set = args.size() == 3 && is_command(args[0], "SET");
-    if ((!is_get && !is_set) || m_in_multi || !authenticated()) {
+    if (args.size() != 2 || !is_command(args[0], "GET") || m_in_multi || !authenticated()) {
         return std::nullopt;
     }
     const auto mapped = map_key(args[1]);
     if (!mapped) {
         return std::nullopt;
     }
-    auto& store = *m_context.store;
-    Writer reply(m_out.bytes(), m_version);
     m_latency.mark();
-    if (is_get) {
-        auto tier = store::LatencyTier::none;
-        auto found = store.get_quick(mapped->ns, mapped->key, &tier);
-        if (!found) {
-            return std::nullopt;
-        }
-        m_context.stats.daemon().requests++;
-        answer_get(mapped->ns, tier, *found);
-        return Next::keep;
-    }
-    if (args[2].size() > k_quick_value_max) {
-        return std::nullopt; // see k_quick_value_max
-    }
-    store::Entry entry;
-    entry.value = store::Blob::copy_of(args[2]);
-    entry.created_ms = store::now_ms();
-    auto outcome = store.put_quick(mapped->ns, mapped->key, entry, store::PutMode::overwrite);
-    if (!outcome) {
+    auto tier = store::LatencyTier::none;
+    auto found = m_context.store->get_quick(mapped->ns, mapped->key, &tier);
+    if (!found) {
         return std::nullopt;
     }
     m_context.stats.daemon().requests++;
-    if (!*outcome) {
-        m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
-                         store::RequestResult::error);
-        return refuse("SET", outcome->error().message);
-    }
-    const bool stored = **outcome == store::PutOutcome::stored;
-    if (stored) {
-        reply.simple("OK");
-    } else {
-        reply.null();
-    }
-    m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
-                     stored ? store::RequestResult::ok : store::RequestResult::miss);
+    answer_get(mapped->ns, tier, *found);
     return Next::keep;
+}
+
+bool RespSession::defer_set(Args args) {
+    if (args.size() != 3 || !is_command(args[0], "SET") || m_in_multi || !authenticated() ||
+        args[2].size() > k_quick_value_max || !map_key(args[1])) {
+        return false;
+    }
+    if (m_sets.empty()) {
+        m_latency.mark();
+    }
+    DeferredSet& set = m_sets.emplace_back();
+    set.key_at = m_set_keys.size();
+    set.key_size = args[1].size();
+    set.entry.value = store::Blob::copy_of(args[2]);
+    m_set_keys.append(args[1]);
+    m_set_bytes += args[2].size();
+    return true;
+}
+
+awaitable<RespSession::Next> RespSession::flush_sets() {
+    const auto created_ms = store::now_ms();
+    m_puts.clear();
+    for (DeferredSet& set : m_sets) {
+        // Mapped when deferred; m_set_keys stays put until the end.
+        const auto mapped = map_key(std::string_view(m_set_keys).substr(set.key_at, set.key_size));
+        set.entry.created_ms = created_ms;
+        m_puts.push_back(store::QuickPut{mapped->ns, mapped->key, std::move(set.entry)});
+    }
+    auto& store = *m_context.store;
+    auto next = Next::keep;
+    std::size_t done = 0;
+    while (done < m_puts.size() && next == Next::keep) {
+        const std::size_t stored = store.put_quick_many(std::span(m_puts).subspan(done));
+        m_context.stats.daemon().requests += stored;
+        Writer reply(m_out.bytes(), m_version);
+        for (std::size_t i = done; i < done + stored; ++i) {
+            reply.simple("OK");
+            m_latency.finish(m_puts[i].ns, store::LatencyOp::put, store::LatencyTier::none,
+                             store::RequestResult::ok);
+        }
+        done += stored;
+        if (done < m_puts.size()) {
+            // No room in the write queue now, or a put the quick way does not
+            // take (a compressible value, a namespace not stored locally).
+            const DeferredSet& set = m_sets[done];
+            const std::array<std::string_view, 3> args{
+                "SET", std::string_view(m_set_keys).substr(set.key_at, set.key_size),
+                m_puts[done].entry.value.text()};
+            next = co_await execute(args);
+            ++done;
+        }
+    }
+    m_sets.clear();
+    m_set_keys.clear();
+    m_set_bytes = 0;
+    m_puts.clear();
+    co_return next;
 }
 
 awaitable<RespSession::Next> RespSession::execute(Args args) {

@@ -39,12 +39,21 @@ private:
     using Args = std::span<const std::string_view>;
 
     awaitable<Next> execute(Args args);
-    // A GET, or a SET without options, that the store answers at once (a
-    // memory hit, a miss its indexes prove, a put with room in the write
-    // queue), served without a coroutine frame or a scheduler hop, so that a
+    // A GET that the store answers at once (a memory hit, a miss its indexes
+    // prove), served without a coroutine frame or a scheduler hop, so that a
     // pipeline of them is answered in one pass. nullopt: nothing was done;
     // take execute().
     std::optional<Next> quick(Args args);
+    // Takes a SET without options (of a value up to k_quick_value_max) into
+    // m_sets: true when taken. flush_sets() stores and answers it, before the
+    // next command that is not such a SET runs and before the session reads
+    // again, so replies keep their order and every later command sees it.
+    bool defer_set(Args args);
+    // Stores m_sets, the store taking each run of them that needs no waiting
+    // in one call (Store::put_quick_many: a lock of each tier per run, not
+    // per SET); one it does not take goes the full way (execute). Answers
+    // each in order.
+    awaitable<Next> flush_sets();
     // Runs one command (after authentication and MULTI queueing).
     awaitable<Next> dispatch(const std::string& name, Args args);
     // MULTI, EXEC, DISCARD; queueing inside a transaction.
@@ -82,6 +91,17 @@ private:
     OutputBatch m_out;
     // The last command's argument vector, handed back to the parser.
     std::vector<std::string_view> m_args;
+    // Pipelined SETs waiting for flush_sets(), their Redis keys' bytes in
+    // m_set_keys (the input buffer moves on), and the bytes of their values.
+    struct DeferredSet {
+        std::size_t key_at = 0;
+        std::size_t key_size = 0;
+        store::Entry entry;
+    };
+    std::vector<DeferredSet> m_sets;
+    std::string m_set_keys;
+    std::uint64_t m_set_bytes = 0;
+    std::vector<store::QuickPut> m_puts; // flush_sets()' scratch
     LatencyRecorder m_latency;
     int m_version = 2;
     bool m_authenticated = false;

@@ -308,36 +308,52 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
 
 std::optional<tl::expected<PutOutcome, StoreError>>
 Store::put_quick(std::string_view ns, std::string_view key, const Entry& entry, PutMode mode) {
-    const auto policy = m_policy.load();
-    if (mode != PutMode::overwrite || policy->force_disable || entry.created_ms == 0 ||
-        !is_local(*policy, ns) || (m_memory_on == nullptr && m_disk_on == nullptr) ||
-        entry.value.size() > policy->max_value_size) {
+    if (mode != PutMode::overwrite) {
         return std::nullopt;
     }
-    NamespaceCounters& counters = m_stats.ns(ns);
-    if (m_disk_on != nullptr) {
-        // First, so that a full write queue leaves nothing done.
-        auto queued = m_disk_on->try_put(ns, key, entry);
-        if (!queued) {
-            return std::nullopt;
-        }
-        if (!*queued) {
-            add(counters.tier(TierId::disk).errors);
-            logger().warn("disk put {}/{:?} failed: {}", ns, key, queued->error().message);
-            return tl::make_unexpected(std::move(queued->error()));
-        }
-        add(counters.tier(TierId::disk).puts);
-        add(counters.tier(TierId::disk).bytes_in, entry.value.size());
-    }
-    if (m_memory_on != nullptr) {
-        m_memory_on->put(ns, key, entry);
-        add(counters.tier(TierId::memory).puts);
-        add(counters.tier(TierId::memory).bytes_in, entry.value.size());
-    }
-    if (remote_serves(*policy, ns) && !policy->remote_read_only) {
-        (void)put_remote(ns, key, entry); // counted there; the local tiers hold the entry
+    const QuickPut put{ns, key, entry};
+    if (put_quick_many(std::span(&put, 1)) == 0) {
+        return std::nullopt;
     }
     return PutOutcome::stored;
+}
+
+std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
+    const auto policy = m_policy.load();
+    if (policy->force_disable || (m_memory_on == nullptr && m_disk_on == nullptr)) {
+        return 0;
+    }
+    std::size_t count = 0;
+    while (count < puts.size() && puts[count].entry.created_ms != 0 &&
+           puts[count].entry.value.size() <= policy->max_value_size &&
+           is_local(*policy, puts[count].ns)) {
+        ++count;
+    }
+    if (m_disk_on != nullptr) {
+        // First, so that a full write queue leaves the rest undone.
+        count = m_disk_on->try_put_many(puts.first(count));
+    }
+    puts = puts.first(count);
+    if (m_memory_on != nullptr) {
+        m_memory_on->put_many(puts);
+    }
+    for (const QuickPut& put : puts) {
+        NamespaceCounters& counters = m_stats.ns(put.ns);
+        const std::uint64_t size = put.entry.value.size();
+        if (m_disk_on != nullptr) {
+            add(counters.tier(TierId::disk).puts);
+            add(counters.tier(TierId::disk).bytes_in, size);
+        }
+        if (m_memory_on != nullptr) {
+            add(counters.tier(TierId::memory).puts);
+            add(counters.tier(TierId::memory).bytes_in, size);
+        }
+        if (remote_serves(*policy, put.ns) && !policy->remote_read_only) {
+            // Counted there; the local tiers hold the entry.
+            (void)put_remote(put.ns, put.key, put.entry);
+        }
+    }
+    return count;
 }
 
 tl::expected<void, StoreError> Store::put_remote(std::string_view ns, std::string_view key,

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,10 @@ public:
     // Meant for the I/O threads.
     std::optional<tl::expected<PutOutcome, StoreError>>
     put_quick(std::string_view ns, std::string_view key, const Entry& entry, PutMode mode);
+    // put_quick (an overwrite) of the longest prefix of `puts` that it takes,
+    // each tier taking them all under one lock (a pipeline's SETs); how many
+    // were stored. The rest: put_quick or `put`, in order.
+    std::size_t put_quick_many(std::span<const QuickPut> puts);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated

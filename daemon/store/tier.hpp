@@ -39,6 +39,13 @@ struct Entry {
     bool expired(UnixMs now) const { return expires_ms != 0 && expires_ms <= now; }
 };
 
+// One put of a batch (Store::put_quick_many): the entry of `ns`/`key`.
+struct QuickPut {
+    std::string_view ns;
+    std::string_view key;
+    Entry entry;
+};
+
 struct EntryInfo {
     std::string key;
     std::uint64_t size = 0;

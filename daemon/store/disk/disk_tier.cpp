@@ -336,16 +336,28 @@ tl::expected<void, StoreError> DiskTier::put(std::string_view ns, std::string_vi
 
 std::optional<tl::expected<void, StoreError>>
 DiskTier::try_put(std::string_view ns, std::string_view key, const Entry& entry) {
-    // Only what needs no compression and no waiting: anything else is put().
-    if (!m_writer || !is_valid_namespace(ns) || key.size() > k_entry_max_key_size ||
-        entry.value.size() >= m_options.compress_threshold) {
-        return std::nullopt;
-    }
-    std::shared_ptr<const PendingWrite> write = pending_write(ns, key, entry_hash(ns, key), entry);
-    if (!m_writer->try_push(write)) {
+    const QuickPut put{ns, key, entry};
+    if (try_put_many(std::span(&put, 1)) == 0) {
         return std::nullopt;
     }
     return tl::expected<void, StoreError>();
+}
+
+std::size_t DiskTier::try_put_many(std::span<const QuickPut> puts) {
+    if (!m_writer) {
+        return 0;
+    }
+    std::vector<std::shared_ptr<const PendingWrite>> writes;
+    writes.reserve(puts.size());
+    for (const QuickPut& put : puts) {
+        // Only what needs no compression and no waiting: anything else is put().
+        if (!is_valid_namespace(put.ns) || put.key.size() > k_entry_max_key_size ||
+            put.entry.value.size() >= m_options.compress_threshold) {
+            break;
+        }
+        writes.push_back(pending_write(put.ns, put.key, entry_hash(put.ns, put.key), put.entry));
+    }
+    return m_writer->try_push_many(writes);
 }
 
 std::shared_ptr<PendingWrite> DiskTier::pending_write(std::string_view ns, std::string_view key,

@@ -87,6 +87,9 @@ public:
     // nullopt (nothing done) otherwise.
     std::optional<tl::expected<void, StoreError>> try_put(std::string_view ns, std::string_view key,
                                                           const Entry& entry);
+    // try_put for the longest prefix of `puts` that it would take, queued
+    // under one lock of the write queue; how many were queued.
+    std::size_t try_put_many(std::span<const QuickPut> puts);
     tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
 
     // True when a live entry of `ns`/`key` exists. Reads only the file's

@@ -68,17 +68,26 @@ void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
     const std::uint64_t size = write->bytes();
     std::unique_lock lock(m_mutex);
     m_done.wait(lock, [&] { return fits_locked(id, size); });
-    push_locked(std::move(write));
+    push_locked(std::move(write), Clock::now());
 }
 
 bool DiskWriteQueue::try_push(std::shared_ptr<const PendingWrite>& write) {
-    assert(write);
+    return try_push_many(std::span(&write, 1)) == 1;
+}
+
+std::size_t DiskWriteQueue::try_push_many(std::span<std::shared_ptr<const PendingWrite>> writes) {
+    const auto now = Clock::now();
+    std::size_t pushed = 0;
     std::lock_guard lock(m_mutex);
-    if (!fits_locked(write->id, write->bytes())) {
-        return false;
+    for (auto& write : writes) {
+        assert(write);
+        if (!fits_locked(write->id, write->bytes())) {
+            break;
+        }
+        push_locked(std::move(write), now);
+        ++pushed;
     }
-    push_locked(std::move(write));
-    return true;
+    return pushed;
 }
 
 bool DiskWriteQueue::fits_locked(const Hash128& id, std::uint64_t size) const {
@@ -89,7 +98,7 @@ bool DiskWriteQueue::fits_locked(const Hash128& id, std::uint64_t size) const {
     return others == 0 || others + size <= m_capacity;
 }
 
-void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
+void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write, Clock::time_point now) {
     const Hash128 id = write->id;
     const std::uint64_t size = write->bytes();
     Slot& slot = m_slots[id];
@@ -112,7 +121,7 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write) {
     // Otherwise the writer of the in-flight write queues `id` again when done.
     slot.queued = std::move(write);
     slot.queued_seq = ++m_next_seq;
-    m_pushes.push_back(Push{slot.queued_seq, id, Clock::now()});
+    m_pushes.push_back(Push{slot.queued_seq, id, now});
     m_outstanding.fetch_add(1, std::memory_order_release);
     m_bytes += size;
 }

@@ -102,6 +102,10 @@ public:
     // Queues `write` if there is room now; false (nothing queued) otherwise.
     // Never blocks on the queue's bound (for the I/O threads).
     bool try_push(std::shared_ptr<const PendingWrite>& write);
+    // `try_push` for the longest prefix of `writes` that has room now, under
+    // one lock (a pipeline's puts take the lock, and wake a writer, once
+    // instead of once each); how many were queued (moved from).
+    std::size_t try_push_many(std::span<std::shared_ptr<const PendingWrite>> writes);
 
     // The newest queued or in-flight write of `id`, or null.
     std::shared_ptr<const PendingWrite> find(const Hash128& id) const;
@@ -191,8 +195,8 @@ private:
     // Whether `size` bytes for `id` fit now (a queued write of `id` is
     // replaced, so its bytes count as room).
     bool fits_locked(const Hash128& id, std::uint64_t size) const;
-    // Queues `write` (it fits).
-    void push_locked(std::shared_ptr<const PendingWrite> write);
+    // Queues `write` (it fits), pushed at `now`.
+    void push_locked(std::shared_ptr<const PendingWrite> write, Clock::time_point now);
 
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;

@@ -100,38 +100,46 @@ tl::expected<std::optional<Entry>, StoreError> MemoryTier::get(std::string_view 
 
 tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_view key,
                                                const Entry& entry) {
-    if (!enabled()) {
-        return {};
-    }
-    const std::uint64_t charge = charge_of(ns, key, entry.value.size());
-    // Build the list node before locking, so the critical section only
-    // relinks it (and fills a slot of the flat map).
-    List fresh;
-    fresh.emplace_back(make_id(ns, key), ns.size(), entry, charge);
-    const std::string_view id = fresh.front().id;
-    const List::iterator node = fresh.begin();
+    const QuickPut put{ns, key, entry};
+    put_many(std::span(&put, 1));
+    return {};
+}
 
+void MemoryTier::put_many(std::span<const QuickPut> puts) {
+    if (!enabled()) {
+        return;
+    }
+    // Build the list nodes before locking, so the critical section only
+    // relinks them (and fills slots of the flat map).
+    List fresh;
+    for (const QuickPut& put : puts) {
+        fresh.emplace_back(make_id(put.ns, put.key), put.ns.size(), put.entry,
+                           charge_of(put.ns, put.key, put.entry.value.size()));
+    }
     List replaced; // destroyed after the lock is released
     List evicted;
     {
         std::lock_guard lock(m_mutex);
-        if (const auto it = m_map.find(id); it != m_map.end()) {
-            unlink_locked(it, replaced);
+        while (!fresh.empty()) {
+            const List::iterator node = fresh.begin();
+            if (const auto it = m_map.find(node->id); it != m_map.end()) {
+                unlink_locked(it, replaced);
+            }
+            if (node->charge > m_max_entry) {
+                // Not stored; the older value (if any) is gone, so it is never
+                // served after a newer put.
+                replaced.splice(replaced.end(), fresh, node);
+                continue;
+            }
+            make_room_locked(node->charge, evicted);
+            // The map first: should its growth throw (no memory), the list
+            // holds no node the map does not name.
+            m_map.emplace(node->id, node);
+            m_lru.splice(m_lru.begin(), fresh, node); // `node` now names the element in m_lru
+            m_size += node->charge;
         }
-        if (charge > m_max_entry) {
-            // Not stored; the older value (if any) is gone, so it is never
-            // served after a newer put.
-            return {};
-        }
-        make_room_locked(charge, evicted);
-        // The map first: should its growth throw (no memory), the list
-        // holds no node the map does not name.
-        m_map.emplace(id, node);
-        m_lru.splice(m_lru.begin(), fresh); // `node` now names the element in m_lru
-        m_size += charge;
     }
     count_evictions(evicted);
-    return {};
 }
 
 tl::expected<bool, StoreError> MemoryTier::remove(std::string_view ns, std::string_view key) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -65,6 +66,8 @@ public:
     tl::expected<void, StoreError> put(std::string_view ns, std::string_view key,
                                        const Entry& entry) override;
 
+    // `put` of each in turn, under one lock (a pipeline's puts).
+    void put_many(std::span<const QuickPut> puts);
     tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
     tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
 

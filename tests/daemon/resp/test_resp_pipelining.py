@@ -25,6 +25,52 @@ def test_thousand_commands_in_one_write_answered_in_order(daemon):
     c.close()
 
 
+def test_pipelined_sets_are_stored_together_yet_seen_in_order(daemon):
+    """SETs that arrive in one read are stored together (one write-queue append
+    per run of them), yet every later command sees them and the replies keep
+    their order: a key set twice then read, a value too large for the batch,
+    a SET with an option, more SETs than one batch holds, and a restart
+    (a clean shutdown writes what is queued)."""
+    c = RespConnection(daemon.socket)
+    big = "B" * 20000
+    commands = [encode("SET", "k", "1"), encode("SET", "k", "2"), encode("GET", "k"),
+                encode("SET", "big", big), encode("SET", "k", "3"),
+                encode("SET", "nx", "n", "NX"), encode("SET", "k", "4"), encode("GET", "k")]
+    commands += [encode("SET", f"many:{i}", f"m{i}") for i in range(200)]
+    commands += [encode("GET", f"many:{i}") for i in range(0, 200, 7)]
+    commands += [encode("GET", "big"), encode("GET", "nx")]
+    c.send(b"".join(commands))
+    assert [c.reply() for _ in range(3)] == ["OK", "OK", b"2"]
+    assert [c.reply() for _ in range(5)] == ["OK", "OK", "OK", "OK", b"4"]
+    assert [c.reply() for _ in range(200)] == ["OK"] * 200
+    assert [c.reply() for _ in range(0, 200, 7)] == [f"m{i}".encode() for i in range(0, 200, 7)]
+    assert c.reply() == big.encode()
+    assert c.reply() == b"n"
+    c.close()
+    daemon.restart()
+    c = RespConnection(daemon.socket)
+    assert c.command("GET", "k") == b"4"
+    assert c.command("GET", "many:199") == b"m199"
+    assert c.command("GET", "big") == big.encode()
+    c.close()
+
+
+def test_pipelined_sets_beyond_the_write_queue_all_land(make_daemon):
+    """4 MiB of pipelined SETs through a 1 MiB write queue: those the queue has
+    no room for wait their turn (back-pressure); none is dropped or reordered."""
+    daemon = make_daemon("--set", "disk.write_queue_size=1MiB")
+    c = RespConnection(daemon.socket, timeout=60.0)
+    values = {f"bp:{i}": (b"%05d" % i) * 2000 for i in range(400)}
+    c.send(b"".join(encode("SET", key, value) for key, value in values.items()))
+    assert [c.reply() for _ in values] == ["OK"] * len(values)
+    c.close()
+    daemon.restart()
+    c = RespConnection(daemon.socket)
+    for key, value in values.items():
+        assert c.command("GET", key) == value
+    c.close()
+
+
 def test_pipelined_replies_before_a_close_still_arrive(daemon):
     """Replies due before a refused command go out before the connection closes."""
     c = RespConnection(daemon.socket)

@@ -246,3 +246,36 @@ TEST_CASE("a queued write encodes as the tier would have when queued", "[store][
     CHECK(write->encoded_size == expected.size());
     CHECK(&write->encode() == &lazy); // once
 }
+
+TEST_CASE("write queue try_push_many queues the prefix that has room, under its bound",
+          "[store][disk][writer]") {
+    Recorder recorder;
+    // Room for two of these writes (each is charged its encoded size).
+    const std::uint64_t one = write_of(0, true, 400)->bytes();
+    DiskWriteQueue queue(2 * one + one / 2, 1, recorder.fn());
+    queue.set_paused(true);
+    std::vector<std::shared_ptr<const PendingWrite>> writes;
+    for (int i = 0; i < 4; ++i) {
+        // The last is small enough to fit after the third is refused: it
+        // stays out too, or the replies would go out of order.
+        writes.push_back(write_of(i, true, i == 3 ? 1 : 400));
+    }
+    CHECK(queue.try_push_many(writes) == 2);
+    CHECK(queue.size() == 2);
+    CHECK(queue.find(entry_hash("fxgraph", "key-0")));
+    CHECK(queue.find(entry_hash("fxgraph", "key-1")));
+    CHECK_FALSE(queue.find(entry_hash("fxgraph", "key-2")));
+    CHECK_FALSE(queue.find(entry_hash("fxgraph", "key-3")));
+    // Those not queued are left to the caller, untouched.
+    CHECK(writes[2]);
+    CHECK(writes[3]);
+    // A write of a queued entry replaces it, so its bytes count as room.
+    std::vector<std::shared_ptr<const PendingWrite>> again{write_of(1, true, 400)};
+    CHECK(queue.try_push_many(again) == 1);
+    CHECK(queue.coalesced() == 1);
+    queue.set_paused(false);
+    queue.flush();
+    CHECK(recorder.written() == 2);
+    CHECK(queue.size() == 0);
+    CHECK(queue.bytes() == 0);
+}

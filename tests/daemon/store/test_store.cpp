@@ -511,3 +511,52 @@ TEST_CASE("store put_quick stores what needs no waiting, else defers to put", "[
     REQUIRE(*from_disk);
     CHECK((*from_disk)->value.text() == entry.value.text());
 }
+
+TEST_CASE("store put_quick_many stores the prefix put_quick would, the last put of a key winning",
+          "[store][chain]") {
+    TempDir dir;
+    Stats stats;
+    DiskOptions options;
+    options.write_mode = DiskWriteMode::async;
+    options.write_queue_bytes = 4500; // room for about four 1000-byte entries
+    Store store(stats, {}, std::make_unique<MemoryTier>(1 << 20, stats),
+                std::make_unique<DiskTier>(dir.path(), options, stats), nullptr);
+    const auto put_of = [](std::string_view key, char fill) {
+        auto entry = make_entry(std::string(1000, fill));
+        entry.created_ms = now_ms();
+        return QuickPut{"pgo", key, entry};
+    };
+    store.disk_tier()->pause_writes(true);
+
+    // The same key twice in one batch: the later value is the one kept.
+    std::vector<QuickPut> puts{put_of("a", '1'), put_of("b", '2'), put_of("a", '3')};
+    puts.push_back(put_of("undated", '4'));
+    puts.back().entry.created_ms = 0; // needs put(): the prefix ends here
+    puts.push_back(put_of("c", '5'));
+    CHECK(store.put_quick_many(puts) == 3);
+    CHECK(stats.tier("pgo", TierId::memory).puts == 3);
+    CHECK(stats.tier("pgo", TierId::disk).puts == 3);
+    CHECK(stats.tier("pgo", TierId::disk).bytes_in == 3000);
+    CHECK_FALSE(store.memory_tier()->lookup("pgo", "undated"));
+    CHECK_FALSE(store.memory_tier()->lookup("pgo", "c"));
+
+    // A full write queue ends the prefix too, leaving memory alone as well.
+    std::vector<QuickPut> more{put_of("d", '6'), put_of("e", '7'), put_of("f", '8')};
+    CHECK(store.put_quick_many(more) == 2);
+    CHECK_FALSE(store.memory_tier()->lookup("pgo", "f"));
+    CHECK(store.put_quick_many(std::span(more).subspan(2)) == 0);
+
+    store.disk_tier()->pause_writes(false);
+    store.disk_tier()->wait_for_writes();
+    REQUIRE(store.memory_tier()->clear("pgo"));
+    for (const auto& [key, fill] :
+         {std::pair{"a", '3'}, std::pair{"b", '2'}, std::pair{"d", '6'}, std::pair{"e", '7'}}) {
+        const auto from_disk = store.get("pgo", key);
+        REQUIRE(from_disk);
+        REQUIRE(*from_disk);
+        CHECK((*from_disk)->value.text() == std::string(1000, fill));
+    }
+    const auto absent = store.get("pgo", "f");
+    REQUIRE(absent);
+    CHECK_FALSE(*absent);
+}
