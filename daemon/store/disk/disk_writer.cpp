@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::chrono::seconds k_first_progress_log{2};
 constexpr std::chrono::seconds k_progress_log_interval{5};
+// Ended writes per hold of the queue's lock (see run()).
+constexpr std::size_t k_end_part = 128;
 
 } // namespace
 
@@ -376,21 +378,34 @@ void DiskWriteQueue::run() {
         m_write(views);
         lock.lock();
 
-        // A slot stays while it has a write in flight.
-        for (const auto& [id, write] : batch) {
-            const auto it = m_slots.find(id);
-            Slot& slot = it->second;
-            m_bytes -= write->bytes();
-            slot.writing.reset();
-            m_outstanding.fetch_sub(1, std::memory_order_release);
-            if (slot.queued) {
-                m_ready.push_back(id);
-            } else {
-                m_slots.erase(it);
+        // A slot stays while it has a write in flight. A large batch is ended
+        // a part at a time, letting go of the lock in between: the I/O
+        // threads queue puts under it, and must not wait for thousands of
+        // entries (each part ends as if its writes had just finished).
+        for (std::size_t at = 0; at < batch.size(); at += k_end_part) {
+            if (at > 0) {
+                lock.unlock();
+                lock.lock();
+            }
+            const std::size_t end = std::min(batch.size(), at + k_end_part);
+            for (std::size_t i = at; i < end; ++i) {
+                const auto& [id, write] = batch[i];
+                const auto it = m_slots.find(id);
+                Slot& slot = it->second;
+                m_bytes -= write->bytes();
+                slot.writing.reset();
+                m_outstanding.fetch_sub(1, std::memory_order_release);
+                if (slot.queued) {
+                    m_ready.push_back(id);
+                } else {
+                    m_slots.erase(it);
+                }
             }
         }
         prune_locked();
-        batch.clear();
+        lock.unlock();
+        batch.clear(); // frees the entries' buffers outside the lock
+        lock.lock();
         if (small) {
             m_small_writer_busy = false;
             m_work.notify_one(); // small entries queued meanwhile: another writer may take them

@@ -279,3 +279,20 @@ TEST_CASE("write queue try_push_many queues the prefix that has room, under its 
     CHECK(queue.size() == 0);
     CHECK(queue.bytes() == 0);
 }
+
+TEST_CASE("write queue ends a batch larger than one hold of its lock in full",
+          "[store][disk][writer]") {
+    Recorder recorder;
+    DiskWriteQueue queue(64ULL << 20, 1, recorder.fn());
+    // Several times the part the writer ends per hold of the lock
+    // (disk_writer.cpp), and a re-push of some while the batch is written.
+    push_paused(queue, 0, 1000);
+    for (int i = 0; i < 1000; i += 7) {
+        queue.push(write_of(i, true));
+    }
+    queue.flush();
+    CHECK(queue.size() == 0);
+    CHECK(queue.bytes() == 0);
+    CHECK(queue.pending_ids().empty());
+    CHECK(recorder.written() + queue.coalesced() == 1000 + 143);
+}
