@@ -32,6 +32,25 @@ awaitable<void> NativeSession::run() {
             const auto view = input.readable();
             const auto limits = m_context.limits();
             auto result = proto::decode_request(view, limits);
+            if (const auto* frame = std::get_if<proto::Frame>(&result)) {
+                if (defer_put(frame->header, frame->body)) {
+                    // Answered by flush_puts(); measured there.
+                    input.consume(frame->consumed);
+                    want = 0;
+                    if (deferred_full()) {
+                        const bool go_on = co_await settle_puts();
+                        if (!go_on) {
+                            co_return;
+                        }
+                    }
+                    continue;
+                }
+            }
+            // Replies due before anything else go out first, in order.
+            const bool go_on = co_await settle_puts();
+            if (!go_on) {
+                co_return;
+            }
 
             if (auto* error = std::get_if<proto::Error>(&result)) {
                 proto::Header header;
@@ -95,11 +114,26 @@ awaitable<void> NativeSession::run() {
                 }
             }
         }
+        const bool go_on = co_await settle_puts();
+        if (!go_on) {
+            co_return;
+        }
         if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
         }
         m_latency.mark();
     }
+}
+
+awaitable<bool> NativeSession::settle_puts() {
+    if (m_deferred.empty()) {
+        co_return true;
+    }
+    const bool keep = co_await flush_puts();
+    if (!keep) {
+        co_await m_connection.flush(m_out);
+    }
+    co_return keep;
 }
 
 awaitable<std::shared_ptr<std::vector<std::byte>>>

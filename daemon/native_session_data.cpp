@@ -16,11 +16,15 @@ namespace pt2cache::daemon::native {
 
 namespace {
 
-// Values a quick PUT takes (NativeSession::quick). Larger ones go straight to
-// handle_put: they are the ones likely to need compression (at
-// disk.compress_threshold) or room the write queue lacks, and a quick try
-// that fails loses its copy of the value.
+// Values a deferred PUT takes (NativeSession::defer_put). Larger ones go
+// straight to handle_put: they are the ones likely to need compression (at
+// disk.compress_threshold) or room the write queue lacks.
 constexpr std::size_t k_quick_value_max = 16 * 1024;
+
+// Deferred PUTs are stored once this many wait, or values of this many bytes:
+// a pipeline's batch stays small next to the write queue and the input buffer.
+constexpr std::size_t k_max_deferred_puts = 64;
+constexpr std::uint64_t k_max_deferred_bytes = 256 << 10;
 
 // Best-configs up to this size join a bundle on the Asio thread (parsing a
 // few hundred bytes of JSON costs less than a trip to the worker pool).
@@ -46,41 +50,91 @@ void join_bundle(BundleRegistry& bundles, std::uint64_t token, std::string_view 
 
 std::optional<bool> NativeSession::quick(const proto::Header& header,
                                          std::span<const std::byte> body) {
-    if (!m_greeted || (header.op != Op::get && header.op != Op::put)) {
+    if (!m_greeted || header.op != Op::get) {
         return std::nullopt;
     }
     m_measured_ns = {};
     m_measured_tier = LatencyTier::none;
     m_measured_result = RequestResult::ok;
-    if (header.op == Op::get) {
-        const auto request = proto::parse_get(header, body);
-        if (!request || request->bundle_token) {
-            return std::nullopt;
-        }
-        const auto [ns, key] = request->target;
-        auto found = store().get_quick(ns, key, &m_measured_tier);
-        if (!found) {
-            return std::nullopt;
-        }
-        m_context.stats.daemon().requests++;
-        measure(ns, LatencyOp::get);
-        answer_get(header, ns, key, *found);
-        return true;
+    const auto request = proto::parse_get(header, body);
+    if (!request || request->bundle_token) {
+        return std::nullopt;
+    }
+    const auto [ns, key] = request->target;
+    auto found = store().get_quick(ns, key, &m_measured_tier);
+    if (!found) {
+        return std::nullopt;
+    }
+    m_context.stats.daemon().requests++;
+    measure(ns, LatencyOp::get);
+    answer_get(header, ns, key, *found);
+    return true;
+}
+
+bool NativeSession::defer_put(const proto::Header& header, std::span<const std::byte> body) {
+    if (!m_greeted || header.op != Op::put) {
+        return false;
     }
     const auto request = proto::parse_put(header, body, m_context.limits());
     if (!request || request->bundle_token || request->only_if_absent ||
         request->value.size() > k_quick_value_max) {
-        return std::nullopt;
+        return false;
     }
-    store::Entry entry = put_entry(*request, nullptr);
     const auto [ns, key] = request->target;
-    auto outcome = store().put_quick(ns, key, entry, store::PutMode::overwrite);
-    if (!outcome) {
-        return std::nullopt;
+    DeferredPut& put = m_deferred.emplace_back();
+    put.header = header;
+    put.ns_at = m_put_ids.size();
+    put.ns_size = ns.size();
+    put.key_size = key.size();
+    put.entry = put_entry(*request, nullptr);
+    m_put_ids.append(ns).append(key);
+    m_deferred_bytes += request->value.size();
+    return true;
+}
+
+awaitable<bool> NativeSession::flush_puts() {
+    const std::string_view ids = m_put_ids;
+    m_puts.clear();
+    for (DeferredPut& put : m_deferred) {
+        m_puts.push_back(store::QuickPut{ids.substr(put.ns_at, put.ns_size),
+                                         ids.substr(put.ns_at + put.ns_size, put.key_size),
+                                         std::move(put.entry)});
     }
-    m_context.stats.daemon().requests++;
-    measure(ns, LatencyOp::put);
-    return answer_put(header, ns, key, *outcome);
+    bool keep = true;
+    std::size_t done = 0;
+    while (done < m_puts.size() && keep) {
+        const std::size_t stored = store().put_quick_many(std::span(m_puts).subspan(done));
+        m_context.stats.daemon().requests += stored;
+        for (std::size_t i = done; i < done + stored; ++i) {
+            const store::QuickPut& put = m_puts[i];
+            m_context.compile.on_put(put.ns, put.key);
+            reply(m_deferred[i].header, Status::ok);
+            m_latency.finish(put.ns, LatencyOp::put, LatencyTier::none, RequestResult::ok);
+        }
+        done += stored;
+        if (done < m_puts.size()) {
+            // No room in the write queue now, or a put the quick way does not
+            // take (a compressible value, a namespace not stored locally).
+            const store::QuickPut& put = m_puts[done];
+            m_context.stats.daemon().requests++;
+            const auto outcome = co_await offload(pool(), [&] {
+                return store().put(put.ns, put.key, put.entry, store::PutMode::overwrite);
+            });
+            keep = answer_put(m_deferred[done].header, put.ns, put.key, outcome);
+            m_latency.finish(put.ns, LatencyOp::put, LatencyTier::none,
+                             outcome ? RequestResult::ok : RequestResult::error);
+            ++done;
+        }
+    }
+    m_deferred.clear();
+    m_put_ids.clear();
+    m_deferred_bytes = 0;
+    m_puts.clear();
+    co_return keep;
+}
+
+bool NativeSession::deferred_full() const {
+    return m_deferred.size() >= k_max_deferred_puts || m_deferred_bytes >= k_max_deferred_bytes;
 }
 
 void NativeSession::answer_get(const proto::Header& header, std::string_view ns,

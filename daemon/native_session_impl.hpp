@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -60,12 +61,27 @@ private:
     awaitable<std::shared_ptr<std::vector<std::byte>>>
     receive_body(const proto::Header& header, std::span<const std::byte> first,
                  InflightLease& lease);
-    // A GET or PUT without a bundle token that the store answers at once (a
-    // memory hit, a miss its indexes prove, a put with room in the write
-    // queue), served without a coroutine frame or a scheduler hop, so that a
-    // pipeline of them is answered in one pass. Whether the connection
-    // stays open, or nullopt: nothing was done; take handle().
+    // A GET without a bundle token that the store answers at once (a memory
+    // hit, a miss its indexes prove), served without a coroutine frame or a
+    // scheduler hop, so that a pipeline of them is answered in one pass.
+    // Whether the connection stays open, or nullopt: nothing was done; take
+    // handle().
     std::optional<bool> quick(const proto::Header& header, std::span<const std::byte> body);
+    // Takes a PUT that quick() would serve into m_puts: true when taken.
+    // flush_puts() stores and answers it, before the next request that is
+    // not such a PUT runs and before the session reads again, so replies
+    // keep their order and every later request sees it.
+    bool defer_put(const proto::Header& header, std::span<const std::byte> body);
+    // Stores m_puts, the store taking each run of them that needs no waiting
+    // in one call (Store::put_quick_many: a lock of each tier per run, not
+    // per PUT); one it does not take is put on a worker thread. Answers each
+    // in order; false when the connection must close.
+    awaitable<bool> flush_puts();
+    // flush_puts() when PUTs wait; false when the connection must close (its
+    // replies then written).
+    awaitable<bool> settle_puts();
+    // Whether m_deferred holds a batch's worth.
+    bool deferred_full() const;
     // The reply to a GET; counts the compile-cache lookup.
     void answer_get(const proto::Header& header, std::string_view ns, std::string_view key,
                     std::optional<store::Entry>& entry);
@@ -111,6 +127,20 @@ private:
     LatencyOp m_measured_op = LatencyOp::get;
     LatencyTier m_measured_tier = LatencyTier::none;
     RequestResult m_measured_result = RequestResult::ok;
+    // Pipelined PUTs waiting for flush_puts(): their headers, their ids'
+    // bytes in m_put_ids (the input buffer moves on), their entries, and the
+    // bytes of their values.
+    struct DeferredPut {
+        proto::Header header;
+        std::size_t ns_at = 0;
+        std::size_t ns_size = 0;
+        std::size_t key_size = 0; // the key follows the namespace
+        store::Entry entry;
+    };
+    std::vector<DeferredPut> m_deferred;
+    std::string m_put_ids;
+    std::uint64_t m_deferred_bytes = 0;
+    std::vector<store::QuickPut> m_puts; // flush_puts()' scratch
 };
 
 } // namespace pt2cache::daemon::native

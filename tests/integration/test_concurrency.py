@@ -313,3 +313,41 @@ def test_a_client_that_never_reads_is_bounded_and_loses_nothing(make_daemon):
     other.close()
     slow.close()
     assert d.proc.poll() is None
+
+
+def test_pipelined_puts_are_stored_together_yet_seen_in_order(make_daemon):
+    """PUTs that arrive in one read are stored together (one write-queue append
+    per run of them), yet every later request sees them and the replies keep
+    their order and ids: a key put twice then read, a value too large for the
+    batch, an only-if-absent PUT of a key already there, more PUTs than one
+    batch holds, then a restart (a clean shutdown writes what is queued)."""
+    d = make_daemon()
+    c = NativeClient(d.socket)
+    big = os.urandom(40 << 10)
+    plan = [
+        (OP["put"], put_body("pgo", b"k", b"1"), 0, (STATUS["ok"], b"")),
+        (OP["put"], put_body("pgo", b"k", b"2"), 0, (STATUS["ok"], b"")),
+        (OP["get"], key_body("pgo", b"k"), 0, (STATUS["ok"], b"2")),
+        (OP["put"], put_body("pgo", b"big", big), 0, (STATUS["ok"], b"")),
+        (OP["put"], put_body("pgo", b"k", b"3"), 0, (STATUS["ok"], b"")),
+        (OP["put"], put_body("pgo", b"k", b"nx"), 1, (STATUS["not_stored"], b"")),
+        (OP["put"], put_body("pgo", b"k", b"4"), 0, (STATUS["ok"], b"")),
+        (OP["get"], key_body("pgo", b"k"), 0, (STATUS["ok"], b"4")),
+    ]
+    plan += [(OP["put"], put_body("pgo", b"many-%03d" % i, b"m%d" % i), 0, (STATUS["ok"], b""))
+             for i in range(150)]
+    plan += [(OP["get"], key_body("pgo", b"many-%03d" % i), 0, (STATUS["ok"], b"m%d" % i))
+             for i in range(0, 150, 7)]
+    plan.append((OP["get"], key_body("pgo", b"big"), 0, (STATUS["ok"], big)))
+    c.send(b"".join(frame(op, body, flags=flags, rid=1000 + i)
+                    for i, (op, body, flags, _) in enumerate(plan)))
+    for i, (op, _, _, expected) in enumerate(plan):
+        rop, status, rid, body = c.reply()
+        assert (rop, rid, (status, body)) == (op, 1000 + i, expected), i
+    c.close()
+    d.restart()
+    c = NativeClient(d.socket)
+    assert c.get("pgo", b"k") == (STATUS["ok"], b"4")
+    assert c.get("pgo", b"many-149") == (STATUS["ok"], b"m149")
+    assert c.get("pgo", b"big") == (STATUS["ok"], big)
+    c.close()
