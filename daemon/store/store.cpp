@@ -31,12 +31,14 @@ std::size_t stripe_index(std::string_view ns, std::string_view key, std::size_t 
 Store::Store(Stats& stats, StorePolicy policy, std::unique_ptr<MemoryTier> memory,
              std::unique_ptr<DiskTier> disk, std::unique_ptr<Tier> remote)
     : m_stats(stats)
-    , m_policy(std::make_shared<const StorePolicy>(std::move(policy)))
+    , m_policies{std::make_shared<const StorePolicy>(std::move(policy))}
     , m_memory(std::move(memory))
     , m_disk(std::move(disk))
     , m_remote(std::move(remote))
     , m_memory_on(m_memory && m_memory->enabled() ? m_memory.get() : nullptr)
-    , m_disk_on(m_disk && m_disk->enabled() ? m_disk.get() : nullptr) {}
+    , m_disk_on(m_disk && m_disk->enabled() ? m_disk.get() : nullptr) {
+    m_policy.store(m_policies.back().get(), std::memory_order_release);
+}
 
 Store::~Store() = default;
 
@@ -49,7 +51,15 @@ bool is_local(const StorePolicy& policy, std::string_view ns) {
 } // namespace
 
 void Store::set_policy(StorePolicy policy) {
-    m_policy.store(std::make_shared<const StorePolicy>(std::move(policy)));
+    auto fresh = std::make_shared<const StorePolicy>(std::move(policy));
+    std::lock_guard lock(m_policies_mutex);
+    m_policies.push_back(std::move(fresh));
+    m_policy.store(m_policies.back().get(), std::memory_order_release);
+}
+
+std::shared_ptr<const StorePolicy> Store::policy() const {
+    std::lock_guard lock(m_policies_mutex);
+    return m_policies.back();
 }
 
 std::mutex& Store::stripe(std::string_view ns, std::string_view key) {
@@ -125,7 +135,7 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
 
 std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::string_view key,
                                                      LatencyTier* hit_tier) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (policy->force_disable || !is_local(*policy, ns)) {
         return std::nullopt;
     }
@@ -158,7 +168,7 @@ std::optional<std::optional<Entry>> Store::get_quick(std::string_view ns, std::s
 
 tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, std::string_view key,
                                                           LatencyTier* hit_tier) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     const bool local = is_local(*policy, ns);
     const bool remote = remote_serves(*policy, ns);
     if (policy->force_disable) {
@@ -259,7 +269,7 @@ tl::expected<void, StoreError> Store::check_value_size(const StorePolicy& policy
 
 tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string_view key,
                                                 Entry entry, PutMode mode) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (auto refused = check_value_size(*policy, entry); !refused) {
         return tl::make_unexpected(std::move(refused.error()));
     }
@@ -319,7 +329,7 @@ Store::put_quick(std::string_view ns, std::string_view key, const Entry& entry, 
 }
 
 std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (policy->force_disable || (m_memory_on == nullptr && m_disk_on == nullptr)) {
         return 0;
     }
@@ -372,7 +382,7 @@ tl::expected<void, StoreError> Store::put_remote(std::string_view ns, std::strin
 }
 
 tl::expected<bool, StoreError> Store::exists(std::string_view ns, std::string_view key) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (policy->force_disable) {
         return false;
     }
@@ -424,7 +434,7 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
     if (m_disk_on != nullptr) {
         take(m_disk_on->remove(ns, key));
     }
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (remote_serves(*policy, ns) && !policy->remote_read_only) {
         auto result = m_remote->remove(ns, key);
         // A suspended remote keeps its copy: the delete is answered locally.

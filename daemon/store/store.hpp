@@ -151,7 +151,7 @@ public:
 
     // The policy in force; `set_policy` replaces it for later calls (calls in
     // progress finish under the old one).
-    std::shared_ptr<const StorePolicy> policy() const { return m_policy.load(); }
+    std::shared_ptr<const StorePolicy> policy() const;
     void set_policy(StorePolicy policy);
 
     Stats& stats() { return m_stats; }
@@ -182,7 +182,14 @@ private:
     bool remote_serves(const StorePolicy& policy, std::string_view ns) const;
 
     Stats& m_stats;
-    std::atomic<std::shared_ptr<const StorePolicy>> m_policy;
+    // The policy in force, read with one plain load per request (an atomic
+    // shared_ptr's load takes a lock and a reference: read-modify-writes on
+    // lines every I/O thread shares). Every policy ever set stays alive in
+    // m_policies for the store's life, so a reader never holds a freed one;
+    // policies are set at start and on a configuration reload, and are small.
+    std::atomic<const StorePolicy*> m_policy;
+    mutable std::mutex m_policies_mutex;
+    std::vector<std::shared_ptr<const StorePolicy>> m_policies;
     const std::unique_ptr<MemoryTier> m_memory;
     const std::unique_ptr<DiskTier> m_disk;
     const std::unique_ptr<Tier> m_remote;

@@ -33,7 +33,7 @@ tl::expected<std::optional<Entry>, StoreError> Store::dump(std::string_view ns,
 
 tl::expected<PutOutcome, StoreError> Store::restore(std::string_view ns, std::string_view key,
                                                     Entry entry, bool replace) {
-    const auto policy = m_policy.load();
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (auto refused = check_value_size(*policy, entry); !refused) {
         return tl::make_unexpected(std::move(refused.error()));
     }
