@@ -21,10 +21,12 @@ namespace {
 // disk.compress_threshold) or room the write queue lacks.
 constexpr std::size_t k_quick_value_max = 16 * 1024;
 
-// Deferred PUTs are stored once this many wait, or values of this many bytes:
-// a pipeline's batch stays small next to the write queue and the input buffer.
+// Deferred PUTs are stored once this many wait, or values of this many bytes.
+// The copies are outside daemon.max_inflight_bytes (a connection waits for room
+// in the write queue holding them): keep them near the input buffer every
+// connection holds outside it (InputBuffer::k_base, 16 KiB).
 constexpr std::size_t k_max_deferred_puts = 64;
-constexpr std::uint64_t k_max_deferred_bytes = 256 << 10;
+constexpr std::uint64_t k_max_deferred_bytes = 32 << 10;
 
 // Best-configs up to this size join a bundle on the Asio thread (parsing a
 // few hundred bytes of JSON costs less than a trip to the worker pool).

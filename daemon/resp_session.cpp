@@ -28,10 +28,12 @@ constexpr std::uint64_t k_command_slack = 1 << 20;
 // disk.compress_threshold) or room the write queue lacks.
 constexpr std::size_t k_quick_value_max = 16 << 10;
 
-// Deferred SETs are stored once this many wait, or values of this many bytes:
-// a pipeline's batch stays small next to the write queue and the input buffer.
+// Deferred SETs are stored once this many wait, or values of this many bytes.
+// The copies are outside daemon.max_inflight_bytes (a connection waits for room
+// in the write queue holding them): keep them near the input buffer every
+// connection holds outside it (InputBuffer::k_base, 16 KiB).
 constexpr std::size_t k_max_deferred_sets = 64;
-constexpr std::uint64_t k_max_deferred_bytes = 256 << 10;
+constexpr std::uint64_t k_max_deferred_bytes = 32 << 10;
 
 std::string upper(std::string_view text) {
     std::string out(text);
