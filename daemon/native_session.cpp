@@ -46,10 +46,13 @@ awaitable<void> NativeSession::run() {
                     continue;
                 }
             }
-            // Replies due before anything else go out first, in order.
-            const bool go_on = co_await settle_puts();
-            if (!go_on) {
-                co_return;
+            // Replies due before anything else go out first, in order (no
+            // coroutine call when none are due: this runs for every frame).
+            if (!m_deferred.empty()) {
+                const bool go_on = co_await settle_puts();
+                if (!go_on) {
+                    co_return;
+                }
             }
 
             if (auto* error = std::get_if<proto::Error>(&result)) {
@@ -114,9 +117,11 @@ awaitable<void> NativeSession::run() {
                 }
             }
         }
-        const bool go_on = co_await settle_puts();
-        if (!go_on) {
-            co_return;
+        if (!m_deferred.empty()) {
+            const bool go_on = co_await settle_puts();
+            if (!go_on) {
+                co_return;
+            }
         }
         if (!co_await m_connection.next_batch(m_out, want)) {
             co_return;
@@ -126,9 +131,6 @@ awaitable<void> NativeSession::run() {
 }
 
 awaitable<bool> NativeSession::settle_puts() {
-    if (m_deferred.empty()) {
-        co_return true;
-    }
     const bool keep = co_await flush_puts();
     if (!keep) {
         co_await m_connection.flush(m_out);

@@ -77,8 +77,8 @@ private:
     // per PUT); one it does not take is put on a worker thread. Answers each
     // in order; false when the connection must close.
     awaitable<bool> flush_puts();
-    // flush_puts() when PUTs wait; false when the connection must close (its
-    // replies then written).
+    // flush_puts(), then, when the connection must close, writes its replies
+    // first; false then.
     awaitable<bool> settle_puts();
     // Whether m_deferred holds a batch's worth.
     bool deferred_full() const;
