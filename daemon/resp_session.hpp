@@ -60,7 +60,7 @@ private:
     awaitable<Next> exec();
     Next queue(const std::string& name, Args args);
 
-    // Data commands (resp_session.cpp).
+    // Data commands (resp_data.cpp, with quick, defer_set and flush_sets).
     awaitable<Next> get(Args args);
     // The reply to a GET (a bulk string, or null for a miss), measured.
     void answer_get(std::string_view ns, store::LatencyTier tier,

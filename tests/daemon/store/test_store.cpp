@@ -468,14 +468,24 @@ TEST_CASE("stats report counters per namespace and tier", "[store][stats]") {
     CHECK(tier_name(TierId::remote) == "remote");
 }
 
+namespace {
+
+// An async disk tier whose write queue holds `queue_bytes`.
+std::unique_ptr<DiskTier> async_disk(const TempDir& dir, Stats& stats, std::uint64_t queue_bytes) {
+    DiskOptions options;
+    options.write_mode = DiskWriteMode::async;
+    options.write_queue_bytes = queue_bytes;
+    return std::make_unique<DiskTier>(dir.path(), options, stats);
+}
+
+} // namespace
+
 TEST_CASE("store put_quick stores what needs no waiting, else defers to put", "[store][chain]") {
     TempDir dir;
     Stats stats;
-    DiskOptions options;
-    options.write_mode = DiskWriteMode::async;
-    options.write_queue_bytes = 2500; // room for about two 1000-byte entries
+    // Room for about two 1000-byte entries.
     Store store(stats, {}, std::make_unique<MemoryTier>(1 << 20, stats),
-                std::make_unique<DiskTier>(dir.path(), options, stats), nullptr);
+                async_disk(dir, stats, 2500), nullptr);
     auto entry = make_entry(std::string(1000, 'q'));
     entry.created_ms = now_ms();
     store.disk_tier()->pause_writes(true);
@@ -516,11 +526,9 @@ TEST_CASE("store put_quick_many stores the prefix put_quick would, the last put 
           "[store][chain]") {
     TempDir dir;
     Stats stats;
-    DiskOptions options;
-    options.write_mode = DiskWriteMode::async;
-    options.write_queue_bytes = 4500; // room for about four 1000-byte entries
+    // Room for about four 1000-byte entries.
     Store store(stats, {}, std::make_unique<MemoryTier>(1 << 20, stats),
-                std::make_unique<DiskTier>(dir.path(), options, stats), nullptr);
+                async_disk(dir, stats, 4500), nullptr);
     const auto put_of = [](std::string_view key, char fill) {
         auto entry = make_entry(std::string(1000, fill));
         entry.created_ms = now_ms();

@@ -1,0 +1,304 @@
+// The RESP session's data commands: GET, SET (deferred and batched when
+// pipelined), MGET, EXISTS, DEL, DBSIZE. resp_session.cpp reads and
+// dispatches commands; resp_admin.cpp serves the connection and server ones.
+#include <array>
+
+#include "daemon/connection.hpp"
+#include "daemon/fetch.hpp"
+#include "daemon/log.hpp"
+#include "daemon/offload.hpp"
+#include "daemon/resp_session.hpp"
+#include "daemon/resp_util.hpp"
+#include "proto/resp.hpp"
+
+#include <fmt/format.h>
+
+namespace pt2cache::daemon {
+
+using namespace resp_detail;
+using proto::resp::Writer;
+
+std::optional<RespSession::Next> RespSession::quick(Args args) {
+    if (args.size() != 2 || !is_command(args[0], "GET") || m_in_multi || !authenticated()) {
+        return std::nullopt;
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        return std::nullopt;
+    }
+    m_latency.mark();
+    auto tier = store::LatencyTier::none;
+    auto found = m_context.store->get_quick(mapped->ns, mapped->key, &tier);
+    if (!found) {
+        return std::nullopt;
+    }
+    m_context.stats.daemon().requests++;
+    answer_get(mapped->ns, tier, *found);
+    return Next::keep;
+}
+
+bool RespSession::defer_set(Args args) {
+    if (args.size() != 3 || !is_command(args[0], "SET") || m_in_multi || !authenticated() ||
+        args[2].size() > k_quick_value_max || !map_key(args[1])) {
+        return false;
+    }
+    if (m_sets.empty()) {
+        m_latency.mark();
+    }
+    DeferredSet& set = m_sets.emplace_back();
+    set.key_at = m_set_keys.size();
+    set.key_size = args[1].size();
+    set.entry.value = store::Blob::copy_of(args[2]);
+    m_set_keys.append(args[1]);
+    m_set_bytes += args[2].size();
+    return true;
+}
+
+awaitable<RespSession::Next> RespSession::flush_sets() {
+    const auto created_ms = store::now_ms();
+    m_puts.clear();
+    for (DeferredSet& set : m_sets) {
+        // Mapped when deferred; m_set_keys stays put until the end.
+        const auto mapped = map_key(std::string_view(m_set_keys).substr(set.key_at, set.key_size));
+        set.entry.created_ms = created_ms;
+        m_puts.push_back(store::QuickPut{mapped->ns, mapped->key, std::move(set.entry)});
+    }
+    auto& store = *m_context.store;
+    auto next = Next::keep;
+    std::size_t done = 0;
+    while (done < m_puts.size() && next == Next::keep) {
+        const std::size_t stored = store.put_quick_many(std::span(m_puts).subspan(done));
+        m_context.stats.daemon().requests += stored;
+        Writer reply(m_out.bytes(), m_version);
+        for (std::size_t i = done; i < done + stored; ++i) {
+            reply.simple("OK");
+            m_latency.finish(m_puts[i].ns, store::LatencyOp::put, store::LatencyTier::none,
+                             store::RequestResult::ok);
+        }
+        done += stored;
+        if (done < m_puts.size()) {
+            // No room in the write queue now, or a put the quick way does not
+            // take (a compressible value, a namespace not stored locally).
+            const DeferredSet& set = m_sets[done];
+            const std::array<std::string_view, 3> args{
+                "SET", std::string_view(m_set_keys).substr(set.key_at, set.key_size),
+                m_puts[done].entry.value.text()};
+            next = co_await execute(args);
+            ++done;
+        }
+    }
+    m_sets.clear();
+    m_set_keys.clear();
+    m_set_bytes = 0;
+    m_puts.clear();
+    co_return next;
+}
+
+awaitable<RespSession::Next> RespSession::get(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() != 2) {
+        wrong_arity("get");
+        co_return Next::keep;
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        reply.null(); // nothing that long can have been stored
+        co_return Next::keep;
+    }
+    m_latency.mark();
+    auto tier = store::LatencyTier::none;
+    auto found = co_await fetch(m_context, mapped->ns, mapped->key, &tier);
+    if (!found) {
+        m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::error);
+        co_return refuse("GET", found.error().message);
+    }
+    answer_get(mapped->ns, tier, *found);
+    co_return Next::keep;
+}
+
+void RespSession::answer_get(std::string_view ns, store::LatencyTier tier,
+                             std::optional<store::Entry>& entry) {
+    Writer reply(m_out.bytes(), m_version);
+    if (!entry) {
+        reply.null();
+        m_latency.finish(ns, store::LatencyOp::get, tier, store::RequestResult::miss);
+        return;
+    }
+    reply.bulk_header(entry->value.size());
+    m_out.append_blob(std::move(entry->value));
+    reply.crlf();
+    m_latency.finish(ns, store::LatencyOp::get, tier, store::RequestResult::ok);
+}
+
+awaitable<RespSession::Next> RespSession::set(Args args) {
+    Writer reply(m_out.bytes(), m_version);
+    if (args.size() < 3) {
+        wrong_arity("set");
+        co_return Next::keep;
+    }
+    std::int64_t ttl_ms = 0;
+    bool nx = false;
+    bool xx = false;
+    for (std::size_t i = 3; i < args.size(); ++i) {
+        const auto option = upper(args[i]);
+        if ((option == "EX" || option == "PX") && i + 1 < args.size()) {
+            const auto amount = to_int(args[++i]);
+            if (!amount) {
+                reply.error("ERR value is not an integer or out of range");
+                co_return Next::keep;
+            }
+            if (*amount <= 0 || *amount > (std::int64_t(1) << 46)) {
+                reply.error("ERR invalid expire time in 'set' command");
+                co_return Next::keep;
+            }
+            ttl_ms = option == "EX" ? *amount * 1000 : *amount;
+        } else if (option == "NX" && !xx) {
+            nx = true;
+        } else if (option == "XX" && !nx) {
+            xx = true;
+        } else if (option == "KEEPTTL" && ttl_ms == 0) {
+            // Entries are replaced whole; nothing to keep.
+        } else {
+            reply.error("ERR syntax error");
+            co_return Next::keep;
+        }
+    }
+    const auto mapped = map_key(args[1]);
+    if (!mapped) {
+        co_return refuse("SET", fmt::format("key of {} bytes is over the {} byte limit",
+                                            args[1].size(), proto::k_max_key));
+    }
+    if (args[2].size() > m_context.max_value.load()) {
+        co_return refuse("SET", "value over max_value");
+    }
+
+    m_latency.mark();
+    store::Entry entry;
+    entry.value = store::Blob::copy_of(args[2]);
+    entry.created_ms = store::now_ms();
+    entry.expires_ms = ttl_ms ? entry.created_ms + ttl_ms : 0;
+    auto& store = *m_context.store;
+    const auto mode = nx ? store::PutMode::only_if_absent : store::PutMode::overwrite;
+    // A plain SET that cannot block is done right here.
+    std::optional<tl::expected<store::PutOutcome, store::StoreError>> quick;
+    if (!xx) {
+        quick = store.put_quick(mapped->ns, mapped->key, entry, mode);
+    }
+    if (!quick) {
+        quick = co_await offload(*m_context.blocking, [&]() {
+            using Result = tl::expected<store::PutOutcome, store::StoreError>;
+            if (xx) {
+                auto exists = store.exists(mapped->ns, mapped->key);
+                if (!exists) {
+                    return Result(tl::unexpected(exists.error()));
+                }
+                if (!*exists) {
+                    return Result(store::PutOutcome::not_stored);
+                }
+            }
+            return store.put(mapped->ns, mapped->key, entry, mode);
+        });
+    }
+    auto& outcome = *quick;
+    if (!outcome) {
+        m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                         store::RequestResult::error);
+        co_return refuse("SET", outcome.error().message);
+    }
+    const bool stored = *outcome == store::PutOutcome::stored;
+    if (stored) {
+        reply.simple("OK");
+    } else {
+        reply.null();
+    }
+    m_latency.finish(mapped->ns, store::LatencyOp::put, store::LatencyTier::none,
+                     stored ? store::RequestResult::ok : store::RequestResult::miss);
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::mget(Args args) {
+    if (args.size() < 2) {
+        wrong_arity("mget");
+        co_return Next::keep;
+    }
+    auto& store = *m_context.store;
+    std::vector<std::optional<store::Entry>> entries(args.size() - 1);
+    std::vector<std::size_t> missing;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (const auto mapped = map_key(args[i])) {
+            if (auto quick = store.get_quick(mapped->ns, mapped->key)) {
+                entries[i - 1] = std::move(*quick);
+            } else {
+                missing.push_back(i);
+            }
+        }
+    }
+    if (!missing.empty()) {
+        auto ok = co_await offload(*m_context.blocking, [&] {
+            for (auto i : missing) {
+                const auto mapped = map_key(args[i]);
+                auto found = store.get(mapped->ns, mapped->key);
+                if (!found) {
+                    return false;
+                }
+                entries[i - 1] = std::move(*found);
+            }
+            return true;
+        });
+        if (!ok) {
+            co_return refuse("MGET", "storage error");
+        }
+    }
+    Writer reply(m_out.bytes(), m_version);
+    reply.array(entries.size());
+    for (auto& entry : entries) {
+        if (!entry) {
+            reply.null();
+            continue;
+        }
+        reply.bulk_header(entry->value.size());
+        m_out.append_blob(std::move(entry->value));
+        reply.crlf();
+    }
+    co_return Next::keep;
+}
+
+awaitable<RespSession::Next> RespSession::exists_or_del(Args args, bool del) {
+    if (args.size() < 2) {
+        wrong_arity(del ? "del" : "exists");
+        co_return Next::keep;
+    }
+    auto& store = *m_context.store;
+    auto count = co_await offload(*m_context.blocking, [&]() -> std::optional<std::int64_t> {
+        std::int64_t n = 0;
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            const auto mapped = map_key(args[i]);
+            if (!mapped) {
+                continue;
+            }
+            auto found =
+                del ? store.remove(mapped->ns, mapped->key) : store.exists(mapped->ns, mapped->key);
+            if (!found) {
+                return std::nullopt;
+            }
+            n += *found ? 1 : 0;
+        }
+        return n;
+    });
+    if (!count) {
+        co_return refuse(del ? "DEL" : "EXISTS", "storage error");
+    }
+    Writer(m_out.bytes(), m_version).integer(*count);
+    co_return Next::keep;
+}
+
+std::int64_t RespSession::key_count() const {
+    return static_cast<std::int64_t>(m_context.store->entry_count());
+}
+
+awaitable<RespSession::Next> RespSession::dbsize() {
+    Writer(m_out.bytes(), m_version).integer(key_count());
+    co_return Next::keep;
+}
+
+} // namespace pt2cache::daemon
