@@ -141,10 +141,22 @@ void DiskIndex::erase_small_of(std::string_view ns) {
     if (index == m_ns_indexes.end()) {
         return;
     }
+    erase_small_locked(index->second);
+}
+
+void DiskIndex::erase_all_small() {
+    std::lock_guard lock(m_mutex);
+    if (m_scanning) {
+        m_all_small_cleared_while_scanning = true;
+    }
+    erase_small_locked(std::nullopt);
+}
+
+void DiskIndex::erase_small_locked(std::optional<std::uint32_t> ns_index) {
     for (std::uint32_t at = m_newest; at != k_none;) {
         const Node& node = m_nodes[at];
         const std::uint32_t older = node.older;
-        if (node.small && node.ns_index == index->second) {
+        if (node.small && (!ns_index || node.ns_index == *ns_index)) {
             if (m_scanning) {
                 m_erased_while_scanning.insert(node.id);
             }
@@ -218,8 +230,9 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
             }
             // A small entry written after the CLEAR was recorded when
             // written, so it is in the map already: skipping loses nothing.
-            if (file.small && !m_small_cleared_while_scanning.empty() &&
-                m_small_cleared_while_scanning.contains(file.ns)) {
+            if (file.small && (m_all_small_cleared_while_scanning ||
+                               (!m_small_cleared_while_scanning.empty() &&
+                                m_small_cleared_while_scanning.contains(file.ns)))) {
                 continue;
             }
             if (m_map.contains(file.id)) {
@@ -242,6 +255,7 @@ void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     m_scanning = false;
     m_erased_while_scanning = {};
     m_small_cleared_while_scanning = {};
+    m_all_small_cleared_while_scanning = false;
 }
 
 std::optional<bool> DiskIndex::where(const Hash128& id) const {

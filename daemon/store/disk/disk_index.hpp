@@ -57,6 +57,9 @@ public:
     // Forgets every small entry of `ns` (CLEAR), including those the
     // startup scan read before it and has not merged yet.
     void erase_small_of(std::string_view ns);
+    // Forgets every small entry (the store was replaced by an empty one), as
+    // erase_small_of does for one namespace.
+    void erase_all_small();
 
     // Removes and returns the least recently used file, if any.
     std::optional<Victim> pop_least_recent();
@@ -109,6 +112,8 @@ private:
     std::uint32_t allocate_locked(const Node& node);
     // Unlinks the node at `at`, forgets its id and frees its position.
     void remove_locked(std::uint32_t at);
+    // Forgets the small entries of the namespace `ns_index`, or all of them.
+    void erase_small_locked(std::optional<std::uint32_t> ns_index);
     enum class End { newest, oldest };
     // Links the (unlinked) node at `at` as the list's newest or oldest.
     void link_end_locked(std::uint32_t at, End end);
@@ -124,8 +129,10 @@ private:
     std::map<std::string, std::uint32_t, std::less<>> m_ns_indexes;
     bool m_scanning = true;
     absl::flat_hash_set<Hash128, HashOf> m_erased_while_scanning;
-    // Namespaces whose small entries a CLEAR removed while scanning.
+    // Namespaces whose small entries a CLEAR removed while scanning; all of
+    // them, when the store was replaced.
     std::set<std::string, std::less<>> m_small_cleared_while_scanning;
+    bool m_all_small_cleared_while_scanning = false;
     std::atomic<std::uint64_t> m_total{0};
     std::atomic<std::uint64_t> m_small_total{0};
 };

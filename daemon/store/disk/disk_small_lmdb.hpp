@@ -10,6 +10,7 @@
 #include <lmdb.h>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/store/disk/disk_small_store.hpp"
 
@@ -22,6 +23,8 @@ inline constexpr unsigned k_max_readers = 512;
 inline constexpr std::size_t k_id_size = 16;
 inline constexpr std::size_t k_meta_size = 12; // size:u32, atime_ms:i64
 inline constexpr unsigned k_env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NOMETASYNC;
+// SmallStore::in_txn's code for a memory fault (outside LMDB's codes and errno's).
+inline constexpr int k_fault = -29999;
 
 // <ns> 0x00 <id: high then low, big-endian>
 inline std::string make_key(std::string_view ns, const Hash128& id) {
@@ -116,16 +119,50 @@ public:
         m_txn = nullptr;
         return rc;
     }
+    // Leaves the transaction as it is, never to be used again (a fault
+    // interrupted LMDB inside it: aborting could free what it half built).
+    void forget() { m_txn = nullptr; }
 
 private:
     MDB_txn* m_txn = nullptr;
 };
 
+// What a fault interrupted (fault_guard.hpp): an environment, a transaction,
+// cursors. Never used or freed again, but kept reachable (LeakSanitizer
+// would report them as leaks otherwise). Thread-safe.
+void keep_abandoned(const void* what);
+
+// The cursors this thread has open, so that those a fault skipped the
+// closing of can be kept (abandon_open_cursors).
+inline thread_local std::vector<MDB_cursor*> t_open_cursors;
+
+inline void abandon_open_cursors() {
+    for (MDB_cursor* cursor : t_open_cursors) {
+        keep_abandoned(cursor);
+    }
+    t_open_cursors.clear();
+}
+
 class Cursor {
 public:
-    Cursor(MDB_txn* txn, MDB_dbi dbi, int& rc) { rc = mdb_cursor_open(txn, dbi, &m_cursor); }
+    Cursor(MDB_txn* txn, MDB_dbi dbi, int& rc) {
+        // Reads the database's record first (on a stack cursor): opening a
+        // cursor reads it too, after allocating the cursor, and a fault
+        // there would leave an allocation no one knows of.
+        MDB_stat stat{};
+        if (rc = mdb_stat(txn, dbi, &stat); rc != 0) {
+            return;
+        }
+        rc = mdb_cursor_open(txn, dbi, &m_cursor);
+        if (rc != 0) {
+            m_cursor = nullptr;
+            return;
+        }
+        t_open_cursors.push_back(m_cursor);
+    }
     ~Cursor() {
         if (m_cursor != nullptr) {
+            std::erase(t_open_cursors, m_cursor);
             mdb_cursor_close(m_cursor);
         }
     }

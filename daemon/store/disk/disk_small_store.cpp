@@ -8,6 +8,7 @@
 #include <lmdb.h>
 
 #include "daemon/store/disk/disk_small_lmdb.hpp"
+#include "daemon/store/disk/fault_guard.hpp"
 
 #include <fmt/format.h>
 
@@ -49,14 +50,34 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
     if (rc != 0) {
         return fail("mdb_txn_begin");
     }
-    if (rc = body(*m_env, txn.get()); rc != 0) {
-        return fail("transaction");
-    }
-    if (!read_only) {
-        if (rc = txn.commit(); rc != 0) {
-            return fail("commit");
+    const char* failed = nullptr;
+    auto run = [&] {
+        if (rc = body(*m_env, txn.get()); rc != 0) {
+            failed = "transaction";
+        } else if (!read_only) {
+            if (rc = txn.commit(); rc != 0) {
+                failed = "commit";
+            } else {
+                refresh_usage_locked();
+            }
         }
-        refresh_usage_locked();
+    };
+    if (!run_guarded(run)) {
+        abandon_open_cursors();
+        keep_abandoned(txn.get());
+        txn.forget();
+        const Env* faulted = m_env.get();
+        lock.unlock();
+        quarantine(faulted);
+        rc = k_fault;
+        if (rc_out != nullptr) {
+            *rc_out = rc;
+        }
+        return tl::make_unexpected(
+            fmt::format("{}: LMDB faulted on its pages: the file is corrupt", m_path));
+    }
+    if (failed != nullptr) {
+        return fail(failed);
     }
     if (rc_out != nullptr) {
         *rc_out = 0;

@@ -120,6 +120,13 @@ public:
     // Writers wait meanwhile; readers only for the swap.
     tl::expected<void, std::string> compact();
 
+    // A store whose pages made LMDB fault (fault_guard.hpp) is quarantined:
+    // the operation fails, the file moves to `<path>.broken`, a fresh empty
+    // store replaces it, and `on_quarantine` runs (on the faulting thread,
+    // with no lock of this class held). How many times that happened.
+    void set_on_quarantine(std::function<void()> on_quarantine);
+    std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
+
     const std::string& path() const { return m_path; }
 
     struct Env; // the LMDB environment and databases (disk_small_lmdb.hpp)
@@ -129,11 +136,17 @@ private:
     using TxnBody = std::function<int(Env&, MDB_txn*)>;
     // Runs `body` in a transaction under the shared lock; a write transaction
     // commits when `body` returns 0, then the usage is re-measured. Fails when
-    // the store is closed or LMDB fails; `rc_out` receives LMDB's code.
+    // the store is closed or LMDB fails; `rc_out` receives LMDB's code. A
+    // memory fault fails it too (rc k_fault) and quarantines the store: the
+    // body may own nothing a jump out of it would have to release.
     tl::expected<void, std::string> in_txn(bool read_only, const TxnBody& body,
                                            int* rc_out = nullptr);
     SmallStore(std::string path, std::uint64_t map_size);
     tl::expected<void, std::string> open_env(bool& refused);
+    // open_env's part that reads the file's pages.
+    tl::expected<void, std::string> open_databases_locked(Env& env, bool& refused);
+    // Replaces `faulted` (unless another thread already did) by a fresh store.
+    void quarantine(const Env* faulted);
     void close_env_locked();
     // Re-measures used and file bytes (caller holds the env lock, shared).
     void refresh_usage_locked();
@@ -150,6 +163,8 @@ private:
     std::unique_ptr<Env> m_env;
     std::atomic<std::uint64_t> m_used_bytes{0};
     std::atomic<std::uint64_t> m_file_bytes{0};
+    std::atomic<std::uint64_t> m_quarantines{0};
+    std::function<void()> m_on_quarantine; // set before use
 };
 
 } // namespace pt2cache::daemon::store

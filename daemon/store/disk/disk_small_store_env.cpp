@@ -4,11 +4,14 @@
 #include <cerrno>
 #include <cstring>
 #include <lmdb.h>
+#include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 #include "daemon/store/disk/disk_small_lmdb.hpp"
 #include "daemon/store/disk/disk_small_store.hpp"
+#include "daemon/store/disk/fault_guard.hpp"
 #include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
 
@@ -19,6 +22,13 @@ namespace pt2cache::daemon::store {
 
 using namespace small_lmdb;
 
+void small_lmdb::keep_abandoned(const void* what) {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<const void*>(); // never freed
+    std::lock_guard lock(mutex);
+    kept->push_back(what);
+}
+
 SmallStore::SmallStore(std::string path, std::uint64_t map_size)
     : m_path(std::move(path))
     , m_map_size(map_size) {}
@@ -28,6 +38,7 @@ SmallStore::~SmallStore() = default;
 tl::expected<std::unique_ptr<SmallStore>, std::string>
 SmallStore::open(const std::string& path, std::uint64_t map_size, bool& recovered) {
     recovered = false;
+    install_fault_handlers();
     std::unique_ptr<SmallStore> store(new SmallStore(path, map_size));
     std::unique_lock lock(store->m_env_mutex);
     bool refused = false;
@@ -54,6 +65,35 @@ SmallStore::open(const std::string& path, std::uint64_t map_size, bool& recovere
     return store;
 }
 
+void SmallStore::set_on_quarantine(std::function<void()> on_quarantine) {
+    m_on_quarantine = std::move(on_quarantine);
+}
+
+void SmallStore::quarantine(const Env* faulted) {
+    {
+        std::unique_lock lock(m_env_mutex);
+        if (m_env.get() != faulted || faulted == nullptr) {
+            return; // another thread replaced it already
+        }
+        // LMDB was interrupted inside a transaction: the environment is
+        // never used or closed again (its memory and mapping stay).
+        keep_abandoned(m_env.release());
+        logger().error("small-entry store {} is corrupt (LMDB faulted on its pages): moved "
+                       "to {}.broken, starting a fresh one",
+                       m_path, m_path);
+        ::rename(m_path.c_str(), (m_path + ".broken").c_str());
+        ::unlink((m_path + "-lock").c_str());
+        bool refused = false;
+        if (auto opened = open_env(refused); !opened) {
+            logger().error("small-entry store {}: {}", m_path, opened.error());
+        }
+        m_quarantines.fetch_add(1, std::memory_order_release);
+    }
+    if (m_on_quarantine) {
+        m_on_quarantine();
+    }
+}
+
 tl::expected<void, std::string> SmallStore::recover() {
     std::unique_lock lock(m_env_mutex);
     close_env_locked();
@@ -75,6 +115,12 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
         env->env = nullptr;
         return tl::make_unexpected(fmt::format("mdb_env_create: {}", mdb_text(rc)));
     }
+    // LMDB's assertions (a corrupt tree can fail them) end the guarded call
+    // instead of aborting the daemon: the store is then quarantined.
+    mdb_env_set_assert(env->env, [](MDB_env*, const char* message) {
+        logger().error("LMDB: {}", message);
+        leave_guarded();
+    });
     mdb_env_set_maxdbs(env->env, 4);
     mdb_env_set_maxreaders(env->env, k_max_readers);
     mdb_env_set_mapsize(env->env, m_map_size.load());
@@ -100,6 +146,26 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
         return tl::make_unexpected(
             fmt::format("truncated: {} bytes, its pages need {}", file.st_size, needed));
     }
+    // Opening reads the main tree: a corrupt page faults (fault_guard.hpp).
+    tl::expected<void, std::string> opened;
+    auto open_databases = [&] { opened = open_databases_locked(*env, refused); };
+    if (!run_guarded(open_databases)) {
+        refused = true;
+        abandon_open_cursors();
+        keep_abandoned(env.release()); // mid-transaction: never closed (see quarantine())
+        return tl::make_unexpected("LMDB faulted on its pages: the file is corrupt");
+    }
+    if (!opened) {
+        return opened;
+    }
+    m_env = std::move(env);
+    refresh_usage_locked();
+    return {};
+}
+
+tl::expected<void, std::string> SmallStore::open_databases_locked(Env& opening, bool& refused) {
+    Env* const env = &opening;
+    int rc = 0;
     Txn txn(env->env, false, rc);
     if (rc != 0) {
         refused = is_refusal(rc);
@@ -146,8 +212,6 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
         refused = is_refusal(rc);
         return tl::make_unexpected(fmt::format("commit: {}", mdb_text(rc)));
     }
-    m_env = std::move(env);
-    refresh_usage_locked();
     return {};
 }
 
@@ -198,7 +262,17 @@ tl::expected<void, std::string> SmallStore::compact() {
             return tl::make_unexpected("the small-entry store is closed");
         }
         ::unlink(copy.c_str());
-        if (const int rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); rc != 0) {
+        int rc = 0;
+        auto copy_pages = [&] { rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); };
+        if (!run_guarded(copy_pages)) {
+            // Walking the trees faulted: LMDB's copy thread is left waiting.
+            ::unlink(copy.c_str());
+            const Env* faulted = m_env.get();
+            lock.unlock();
+            quarantine(faulted);
+            return tl::make_unexpected("LMDB faulted on its pages: the file is corrupt");
+        }
+        if (rc != 0) {
             ::unlink(copy.c_str());
             return tl::make_unexpected(fmt::format("mdb_env_copy2: {}", mdb_text(rc)));
         }

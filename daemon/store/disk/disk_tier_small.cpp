@@ -86,6 +86,10 @@ void DiskTier::open_small_store() {
         return;
     }
     m_small = std::move(*opened);
+    m_small->set_on_quarantine([this] {
+        m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
+        m_index.erase_all_small();
+    });
 }
 
 bool DiskTier::routes_small(std::uint64_t size) const {
@@ -267,13 +271,16 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
     }
     const std::size_t before = scanned.size();
     scanned.reserve(before + m_small->size());
+    const std::uint64_t quarantines = m_small->quarantines();
     auto loaded = m_small->load_meta([&](SmallRecord&& record) {
         if (is_valid_namespace(record.ns)) {
             scanned.push_back({std::move(record.ns), record.id, small_charge(record.size),
                                record.atime_ms, true});
         }
     });
-    if (!loaded) {
+    if (!loaded && m_small->quarantines() != quarantines) {
+        scanned.resize(before); // a fault: the store was replaced (and counted) already
+    } else if (!loaded) {
         logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
                        "fresh one",
                        m_small->path(), loaded.error(), m_small->path());

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// A small.mdb whose pages make LMDB fault (SIGBUS past the end of a file that
+// was truncated under the daemon; SIGSEGV on a corrupt page) fails the
+// operation, is moved aside and replaced by a fresh store: the daemon lives
+// on (daemon/store/disk/fault_guard.hpp).
+#include <csignal>
+#include <filesystem>
+#include <string>
+
+#include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_small_store.hpp"
+#include "daemon/store/disk/disk_tier.hpp"
+#include "daemon/store/disk/fault_guard.hpp"
+#include "tests/daemon/store/helpers.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+using namespace pt2cache::daemon::store;
+using pt2cache::tests::make_entry;
+using pt2cache::tests::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+DiskOptions sync_small_options() {
+    DiskOptions options{1ULL << 30, 1ULL << 40, 1};
+    options.write_mode = DiskWriteMode::sync;
+    options.small_entry_max = 16 << 10;
+    return options;
+}
+
+// Leaves the two meta pages: every tree page now lies past the end of the
+// file, and reading one through the map raises SIGBUS.
+void truncate_to_meta_pages(const fs::path& path) {
+    REQUIRE(fs::file_size(path) > 8 * 4096);
+    fs::resize_file(path, 2 * 4096);
+}
+
+volatile int g_sink = 0;
+
+} // namespace
+
+TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]") {
+    install_fault_handlers();
+    int ran = 0;
+    auto fine = [&] { ++ran; };
+    CHECK(run_guarded(fine));
+    CHECK(ran == 1);
+    auto faults = [&] {
+        ++ran;
+        ::raise(SIGBUS); // synchronous, on this thread, as a fault would be
+        ++ran;           // never reached
+    };
+    CHECK_FALSE(run_guarded(faults));
+    CHECK(ran == 2);
+    // The signal is not left blocked, and the guard is not left armed: a
+    // second fault is contained as the first.
+    auto again = [&] {
+        g_sink = 1;
+        ::raise(SIGSEGV);
+    };
+    CHECK_FALSE(run_guarded(again));
+    CHECK(run_guarded(fine));
+    CHECK(ran == 3);
+    // An LMDB assertion leaves the same way; outside a guard, it returns.
+    auto gives_up = [&] {
+        leave_guarded();
+        ++ran;
+    };
+    CHECK_FALSE(run_guarded(gives_up));
+    CHECK(ran == 3);
+    leave_guarded();
+    CHECK(run_guarded(fine));
+    CHECK(ran == 4);
+}
+
+TEST_CASE("a small.mdb that faults on read is quarantined and replaced", "[store][disk][small]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), sync_small_options(), stats);
+    for (int i = 0; i < 200; ++i) {
+        REQUIRE(tier.put("pgo", fmt::format("k{}", i), make_entry(std::string(3000, 'x'))));
+    }
+    REQUIRE(tier.put("fx", "large", make_entry(std::string(100 << 10, 'L')))); // a file
+    REQUIRE(tier.small_store() != nullptr);
+    REQUIRE(tier.small_store()->contains("pgo", entry_hash("pgo", "k7")));
+    const std::uint64_t count_before = tier.count();
+    const auto recoveries = stats.daemon().small_store_recoveries.load();
+
+    truncate_to_meta_pages(dir.path() / "small.mdb");
+    auto got = tier.get("pgo", "k7");
+    CHECK((!got || !*got)); // an error or a miss, never a value
+
+    CHECK(tier.small_store()->quarantines() == 1);
+    CHECK(stats.daemon().small_store_recoveries == recoveries + 1);
+    CHECK(fs::exists(dir.path() / "small.mdb.broken"));
+    CHECK(fs::file_size(dir.path() / "small.mdb.broken") == 2 * 4096);
+    // The index forgot the small entries (they went with the file); the
+    // large entry stays and is served.
+    CHECK(tier.count() == count_before - 200);
+    auto large = tier.get("fx", "large");
+    REQUIRE(large);
+    REQUIRE(*large);
+    CHECK((*large)->value.size() == 100 << 10);
+    // The fresh store serves misses, puts and reads.
+    auto other = tier.get("pgo", "k8");
+    REQUIRE(other);
+    CHECK_FALSE(*other);
+    REQUIRE(tier.put("pgo", "k8", make_entry("fresh")));
+    auto fresh = tier.get("pgo", "k8");
+    REQUIRE(fresh);
+    REQUIRE(*fresh);
+    CHECK((*fresh)->value.text() == "fresh");
+    CHECK(tier.small_store()->contains("pgo", entry_hash("pgo", "k8")));
+    CHECK(tier.small_store()->quarantines() == 1);
+}
+
+TEST_CASE("a fault while loading the meta records quarantines the store once",
+          "[store][disk][small]") {
+    TempDir dir;
+    const std::string path = (dir.path() / "small.mdb").string();
+    bool recovered = false;
+    auto store = SmallStore::open(path, 64ULL << 20, recovered);
+    REQUIRE(store);
+    const std::string value(3000, 'v');
+    for (int i = 0; i < 100; ++i) {
+        const std::string key = fmt::format("k{}", i);
+        const auto bytes = std::as_bytes(std::span(value));
+        const SmallWrite writes[] = {{"pgo", entry_hash("pgo", key), {bytes, {}, {}}, 0}};
+        REQUIRE((*store)->write(writes, 1));
+    }
+    int called = 0;
+    (*store)->set_on_quarantine([&] { ++called; });
+
+    truncate_to_meta_pages(path);
+    std::size_t records = 0;
+    auto loaded = (*store)->load_meta([&](SmallRecord&&) { ++records; });
+    REQUIRE_FALSE(loaded);
+    CHECK(loaded.error().find("LMDB faulted") != std::string::npos);
+    CHECK((*store)->quarantines() == 1);
+    CHECK(called == 1);
+    CHECK(fs::exists(path + ".broken"));
+
+    // The replacement is empty and works; nothing faults again.
+    CHECK((*store)->size() == 0);
+    const auto bytes = std::as_bytes(std::span(value));
+    const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
+    REQUIRE((*store)->write(writes, 1));
+    auto read = (*store)->read("pgo", entry_hash("pgo", "again"));
+    REQUIRE(read);
+    REQUIRE(*read);
+    CHECK((*read)->size() == value.size());
+    CHECK((*store)->quarantines() == 1);
+    CHECK(called == 1);
+}
