@@ -69,3 +69,37 @@ def test_cache_of_files_migrates_on_first_start(make_daemon):
     assert conn.get("fx-graph", b"big") == (STATUS["ok"], big)
     assert conn.stats()["tiers"]["disk"]["count"] == 801
     assert "moved 800 small entry files" in migrated.log()
+
+
+def test_small_mdb_truncated_under_the_daemon_is_replaced(make_daemon):
+    # LMDB reading past the end of the file raises SIGBUS: contained, the
+    # store quarantined, the daemon serving on (fault_guard.hpp).
+    d = make_daemon("--set", "memory.max_size=0")
+    conn = NativeClient(d.socket)
+    small = {b"k%04d" % i: os.urandom(3000) for i in range(300)}
+    conn.put_many("autotune", small)
+    big = os.urandom(64 << 10)
+    assert conn.put("fx-graph", b"big", big) == STATUS["ok"]
+    drain_disk_queue(conn)
+    path = d.cache_dir / "small.mdb"
+    assert path.stat().st_size > 16 * 4096
+    os.truncate(path, 2 * 4096)  # the meta pages only
+
+    assert conn.get("autotune", b"k0007") == (STATUS["miss"], b"")
+    assert d.proc.poll() is None
+    stats = conn.stats()
+    assert stats["daemon"]["small_store_recoveries"] == 1
+    assert stats["namespaces"]["autotune"]["disk"]["corrupt"] == 1
+    assert stats["tiers"]["disk"]["count"] == 1  # the small entries are forgotten
+    assert (d.cache_dir / "small.mdb.broken").stat().st_size == 2 * 4096
+    assert "LMDB faulted" in d.log()
+    assert conn.get("fx-graph", b"big") == (STATUS["ok"], big)
+    assert conn.get("autotune", b"k0008") == (STATUS["miss"], b"")
+    assert conn.put("autotune", b"k0007", b"fresh") == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert conn.get("autotune", b"k0007") == (STATUS["ok"], b"fresh")
+    assert d.stop() == 0
+    d.start()
+    conn = NativeClient(d.socket)
+    assert conn.get("autotune", b"k0007") == (STATUS["ok"], b"fresh")
+    assert conn.stats()["daemon"]["small_store_recoveries"] == 0

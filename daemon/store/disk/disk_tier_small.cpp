@@ -192,7 +192,14 @@ tl::expected<void, StoreError> DiskTier::remove_small_copy(std::string_view ns, 
 
 tl::expected<std::optional<Entry>, StoreError>
 DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& id, bool touch) {
+    const std::uint64_t quarantines = m_small->quarantines();
     auto bytes = m_small->read(ns, id);
+    if (!bytes && m_small->quarantines() != quarantines) {
+        // LMDB faulted on a corrupt store, now replaced by an empty one: the
+        // entry went with it, a corrupt entry like any other.
+        m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);
+        return std::nullopt;
+    }
     if (!bytes) {
         return tl::make_unexpected(io_error(std::move(bytes.error())));
     }

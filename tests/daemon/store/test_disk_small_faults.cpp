@@ -91,7 +91,9 @@ TEST_CASE("a small.mdb that faults on read is quarantined and replaced", "[store
 
     truncate_to_meta_pages(dir.path() / "small.mdb");
     auto got = tier.get("pgo", "k7");
-    CHECK((!got || !*got)); // an error or a miss, never a value
+    REQUIRE(got);
+    CHECK_FALSE(*got); // a miss, counted as corrupt
+    CHECK(stats.tier("pgo", TierId::disk).corrupt == 1);
 
     CHECK(tier.small_store()->quarantines() == 1);
     CHECK(stats.daemon().small_store_recoveries == recoveries + 1);
