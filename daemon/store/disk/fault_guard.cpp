@@ -67,10 +67,15 @@ void leave_guarded() {
 
 bool run_guarded(void (*fn)(void*), void* context) {
     sigjmp_buf jump;
-    // Saves the signal mask: the jump out of the handler restores it, so the
-    // fault's signal is not left blocked.
-    if (sigsetjmp(jump, 1) != 0) {
-        return false; // the handler cleared t_jump
+    // Without saving the signal mask (a syscall on every call): a jump out of
+    // the handler leaves the fault's signal blocked, so unblock it then.
+    if (sigsetjmp(jump, 0) != 0) {
+        sigset_t faults;
+        sigemptyset(&faults);
+        sigaddset(&faults, SIGSEGV);
+        sigaddset(&faults, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &faults, nullptr);
+        return false; // t_jump was cleared before the jump
     }
     t_jump = &jump;
     fn(context);

@@ -55,25 +55,34 @@ TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]
     };
     CHECK_FALSE(run_guarded(faults));
     CHECK(ran == 2);
-    // The signal is not left blocked, and the guard is not left armed: a
-    // second fault is contained as the first.
-    auto again = [&] {
+    // The signal is not left blocked (a blocked one would stay pending and
+    // raise() return), and the guard is not left armed.
+    CHECK_FALSE(run_guarded(faults));
+    CHECK(ran == 3);
+    auto segv = [&] {
         g_sink = 1;
         ::raise(SIGSEGV);
+        ++ran;
     };
-    CHECK_FALSE(run_guarded(again));
-    CHECK(run_guarded(fine));
+    CHECK_FALSE(run_guarded(segv));
+    CHECK_FALSE(run_guarded(segv));
     CHECK(ran == 3);
+    sigset_t blocked;
+    REQUIRE(pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0);
+    CHECK_FALSE(sigismember(&blocked, SIGBUS));
+    CHECK_FALSE(sigismember(&blocked, SIGSEGV));
+    CHECK(run_guarded(fine));
+    CHECK(ran == 4);
     // An LMDB assertion leaves the same way; outside a guard, it returns.
     auto gives_up = [&] {
         leave_guarded();
         ++ran;
     };
     CHECK_FALSE(run_guarded(gives_up));
-    CHECK(ran == 3);
+    CHECK(ran == 4);
     leave_guarded();
     CHECK(run_guarded(fine));
-    CHECK(ran == 4);
+    CHECK(ran == 5);
 }
 
 TEST_CASE("a small.mdb that faults on read is quarantined and replaced", "[store][disk][small]") {
