@@ -256,11 +256,13 @@ void SmallStore::grow_map() {
 tl::expected<void, std::string> SmallStore::compact() {
     std::lock_guard write_lock(m_write_mutex);
     const std::string copy = m_path + ".compact";
+    const Env* copied = nullptr;
     {
         std::shared_lock lock(m_env_mutex);
         if (!m_env) {
             return tl::make_unexpected("the small-entry store is closed");
         }
+        copied = m_env.get();
         ::unlink(copy.c_str());
         int rc = 0;
         auto copy_pages = [&] { rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); };
@@ -278,6 +280,11 @@ tl::expected<void, std::string> SmallStore::compact() {
         }
     }
     std::unique_lock lock(m_env_mutex);
+    if (m_env.get() != copied) {
+        // Quarantined meanwhile (a read faulted): the copy is of the old one.
+        ::unlink(copy.c_str());
+        return tl::make_unexpected("the store was replaced while it was copied");
+    }
     close_env_locked();
     if (::rename(copy.c_str(), m_path.c_str()) != 0) {
         const int error = errno;
