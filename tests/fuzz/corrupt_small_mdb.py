@@ -18,67 +18,51 @@ import argparse
 import os
 import random
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
-PT2CACHED = os.environ.get("PT2CACHED", str(ROOT / "build/daemon/pt2cached"))
+os.environ.setdefault("PT2CACHED", str(ROOT / "build/daemon/pt2cached"))
+sys.path.insert(0, str(ROOT / "tests/pyharness"))
+from pt2harness import Daemon, TempDir  # noqa: E402  (needs PT2CACHED set first)
+
 KEYS = 5000
 
 
-def start(directory: Path, *extra: str) -> subprocess.Popen:
-    log = open(directory / "log", "ab")
-    proc = subprocess.Popen(
-        [PT2CACHED, "--socket", str(directory / "s"), "--cache-dir", str(directory / "c"),
-         "--log-level", "warn", *extra],
-        env={"PATH": os.environ.get("PATH", ""), "XDG_CONFIG_HOME": str(directory / "cfg")},
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            redis.Redis(unix_socket_path=str(directory / "s"), socket_timeout=1).ping()
-            return proc
-        except (redis.ConnectionError, FileNotFoundError):
-            time.sleep(0.05)
-    return proc
-
-
-def fill(directory: Path) -> None:
-    proc = start(directory, "--set", "disk.write_mode=sync")
-    client = redis.Redis(unix_socket_path=str(directory / "s"))
+def fill(root: Path) -> Path:
+    """A cache of KEYS seeded small entries; its directory."""
+    daemon = Daemon(root, "--set", "disk.write_mode=sync").start()
+    client = redis.Redis(unix_socket_path=str(daemon.socket))
     values = random.Random(1)
     pipe = client.pipeline(transaction=False)
     for i in range(KEYS):
         pipe.set(f"key{i}", values.randbytes(values.randint(100, 3000)))
     pipe.execute()
-    proc.terminate()
-    proc.wait(15)
+    daemon.stop()
+    return daemon.cache_dir
 
 
-def serve(directory: Path) -> tuple[bool, int, str]:
+def serve(daemon: Daemon) -> tuple[bool, int, str]:
     """Whether the daemon lived through reads and writes, hits, and why not."""
-    proc = start(directory)
-    client = redis.Redis(unix_socket_path=str(directory / "s"), socket_timeout=10)
     hits, error = 0, ""
     try:
+        daemon.start()
+        client = redis.Redis(unix_socket_path=str(daemon.socket), socket_timeout=10)
         for i in range(KEYS):
             hits += client.get(f"key{i}") is not None
         for i in range(0, KEYS, 7):
             client.set(f"key{i}", b"y" * 300)
-    except redis.RedisError as e:
-        error = repr(e)[:100]
+    except (redis.RedisError, RuntimeError) as e:  # RuntimeError: died starting
+        error = (str(e).splitlines() or [type(e).__name__])[0][:100]
     time.sleep(0.3)
-    alive = proc.poll() is None
+    alive = daemon.proc.poll() is None
     if alive:
-        proc.terminate()
-        proc.wait(15)
+        daemon.stop()
     else:
-        error = f"exit status {proc.returncode}; {error}"
+        error = f"exit status {daemon.proc.returncode}; {error}"
     return alive, hits, error
 
 
@@ -87,29 +71,30 @@ def main() -> int:
     parser.add_argument("--copies", type=int, default=40)
     parser.add_argument("--flips", type=int, default=20, help="bytes flipped per copy")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="p2c-base-"))
-    fill(base)
-    size = (base / "c/small.mdb").stat().st_size
+    base = TempDir("p2c-base-")
+    cache = fill(base.path)
+    size = (cache / "small.mdb").stat().st_size
     print(f"small.mdb: {size} bytes, {KEYS} entries")
     died = 0
     for copy in range(args.copies):
-        directory = Path(tempfile.mkdtemp(prefix=f"p2c-{copy}-"))
-        shutil.copytree(base / "c", directory / "c")
+        root = TempDir(f"p2c-{copy}-")
+        daemon = Daemon(root.path)
+        shutil.copytree(cache, daemon.cache_dir)
         flips = random.Random(copy)
-        with open(directory / "c/small.mdb", "r+b") as f:
+        with open(daemon.cache_dir / "small.mdb", "r+b") as f:
             for _ in range(args.flips):
                 f.seek(flips.randrange(2 * 4096, size))
                 f.write(bytes([flips.randrange(256)]))
-        alive, hits, error = serve(directory)
-        broken = (directory / "c/small.mdb.broken").exists()
+        alive, hits, error = serve(daemon)
+        broken = (daemon.cache_dir / "small.mdb.broken").exists()
         if alive:
-            shutil.rmtree(directory)
+            root.cleanup()
         else:
             died += 1
         print(f"copy {copy}: {'served' if alive else 'DIED'}, {hits} hits,"
               f" {'quarantined' if broken else 'kept'}"
-              f"{'' if alive else f' ({error}; kept in {directory})'}")
-    shutil.rmtree(base)
+              f"{'' if alive else f' ({error}; kept in {root.path})'}")
+    base.cleanup()
     print(f"{died} of {args.copies} copies killed the daemon")
     return 1 if died else 0
 

@@ -10,6 +10,17 @@ from integ_helpers import NativeClient, drain_disk_queue, entry_files
 from pt2harness import STATUS, wait_for
 
 
+def put_small_and_big(conn, count: int, size: int) -> tuple[dict, bytes]:
+    """`count` autotune entries of `size` bytes and one 64 KiB fx-graph
+    entry (a file), all on disk; the values."""
+    small = {b"k%04d" % i: os.urandom(size) for i in range(count)}
+    conn.put_many("autotune", small)
+    big = os.urandom(64 << 10)
+    assert conn.put("fx-graph", b"big", big) == STATUS["ok"]
+    drain_disk_queue(conn)
+    return small, big
+
+
 def test_small_entries_make_no_files(make_daemon):
     d = make_daemon("--set", "memory.max_size=0")
     conn = NativeClient(d.socket)
@@ -48,11 +59,7 @@ def test_garbage_small_mdb_is_moved_aside(make_daemon):
 def test_cache_of_files_migrates_on_first_start(make_daemon):
     d = make_daemon("--set", "memory.max_size=0", "--set", "disk.small_entry_max=0")
     conn = NativeClient(d.socket)
-    small = {b"k%04d" % i: os.urandom(300) for i in range(800)}
-    conn.put_many("autotune", small)
-    big = os.urandom(64 << 10)
-    assert conn.put("fx-graph", b"big", big) == STATUS["ok"]
-    drain_disk_queue(conn)
+    small, big = put_small_and_big(conn, 800, 300)
     assert len(entry_files(d.cache_dir)) == 801
     assert not (d.cache_dir / "small.mdb").exists()
     d.stop()
@@ -76,11 +83,7 @@ def test_small_mdb_truncated_under_the_daemon_is_replaced(make_daemon):
     # store quarantined, the daemon serving on (fault_guard.hpp).
     d = make_daemon("--set", "memory.max_size=0")
     conn = NativeClient(d.socket)
-    small = {b"k%04d" % i: os.urandom(3000) for i in range(300)}
-    conn.put_many("autotune", small)
-    big = os.urandom(64 << 10)
-    assert conn.put("fx-graph", b"big", big) == STATUS["ok"]
-    drain_disk_queue(conn)
+    _, big = put_small_and_big(conn, 300, 3000)
     path = d.cache_dir / "small.mdb"
     assert path.stat().st_size > 16 * 4096
     os.truncate(path, 2 * 4096)  # the meta pages only

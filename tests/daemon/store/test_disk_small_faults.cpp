@@ -38,8 +38,6 @@ void truncate_to_meta_pages(const fs::path& path) {
     fs::resize_file(path, 2 * 4096);
 }
 
-volatile int g_sink = 0;
-
 } // namespace
 
 TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]") {
@@ -60,7 +58,6 @@ TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]
     CHECK_FALSE(run_guarded(faults));
     CHECK(ran == 3);
     auto segv = [&] {
-        g_sink = 1;
         ::raise(SIGSEGV);
         ++ran;
     };
