@@ -34,15 +34,19 @@ DiskWriteQueue::~DiskWriteQueue() {
     shutdown();
 }
 
-bool DiskWriteQueue::drop_queued_locked(Slot& slot) {
+std::shared_ptr<const PendingWrite> DiskWriteQueue::drop_queued_locked(Slot& slot) {
     if (!slot.queued) {
-        return false;
+        return nullptr;
     }
-    m_bytes -= slot.queued->bytes();
+    m_bytes -= slot.queued_bytes;
+    std::shared_ptr<const PendingWrite> dropped = std::move(slot.queued);
     slot.queued.reset();
     m_outstanding.fetch_sub(1, std::memory_order_release);
-    prune_locked();
-    return true;
+    // Only the front push's end can let the front move.
+    if (!m_pushes.empty() && m_pushes.front().seq == slot.queued_seq) {
+        prune_locked();
+    }
+    return dropped;
 }
 
 bool DiskWriteQueue::idle_before_locked(std::uint64_t seq) const {
@@ -68,9 +72,14 @@ void DiskWriteQueue::push(std::shared_ptr<const PendingWrite> write) {
     assert(write);
     const Hash128 id = write->id;
     const std::uint64_t size = write->bytes();
+    std::shared_ptr<const PendingWrite> replaced;
     std::unique_lock lock(m_mutex);
-    m_done.wait(lock, [&] { return fits_locked(id, size); });
-    push_locked(std::move(write), Clock::now());
+    m_done.wait(lock, [&] {
+        const auto it = m_slots.find(id);
+        return fits_locked(it != m_slots.end() ? &it->second : nullptr, size);
+    });
+    replaced = push_locked(m_slots[id], std::move(write), Clock::now());
+    lock.unlock(); // `replaced` is freed without the lock
 }
 
 bool DiskWriteQueue::try_push(std::shared_ptr<const PendingWrite>& write) {
@@ -80,31 +89,42 @@ bool DiskWriteQueue::try_push(std::shared_ptr<const PendingWrite>& write) {
 std::size_t DiskWriteQueue::try_push_many(std::span<std::shared_ptr<const PendingWrite>> writes) {
     const auto now = Clock::now();
     std::size_t pushed = 0;
-    std::lock_guard lock(m_mutex);
+    // The writes replaced, freed after the lock is let go: freeing an entry
+    // (its strings, its value's last reference) under the lock made the
+    // other I/O thread and the writer wait for it.
+    std::vector<std::shared_ptr<const PendingWrite>> replaced;
+    std::unique_lock lock(m_mutex);
     for (auto& write : writes) {
         assert(write);
-        if (!fits_locked(write->id, write->bytes())) {
+        auto it = m_slots.find(write->id);
+        if (!fits_locked(it != m_slots.end() ? &it->second : nullptr, write->bytes())) {
             break;
         }
-        push_locked(std::move(write), now);
+        if (it == m_slots.end()) {
+            it = m_slots.try_emplace(write->id).first;
+        }
+        if (auto old = push_locked(it->second, std::move(write), now)) {
+            replaced.push_back(std::move(old));
+        }
         ++pushed;
     }
+    lock.unlock();
     return pushed;
 }
 
-bool DiskWriteQueue::fits_locked(const Hash128& id, std::uint64_t size) const {
-    const auto it = m_slots.find(id);
-    const std::uint64_t freed =
-        it != m_slots.end() && it->second.queued ? it->second.queued->bytes() : 0;
+bool DiskWriteQueue::fits_locked(const Slot* slot, std::uint64_t size) const {
+    const std::uint64_t freed = slot != nullptr && slot->queued ? slot->queued_bytes : 0;
     const std::uint64_t others = m_bytes - freed;
     return others == 0 || others + size <= m_capacity;
 }
 
-void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write, Clock::time_point now) {
+std::shared_ptr<const PendingWrite>
+DiskWriteQueue::push_locked(Slot& slot, std::shared_ptr<const PendingWrite> write,
+                            Clock::time_point now) {
     const Hash128 id = write->id;
     const std::uint64_t size = write->bytes();
-    Slot& slot = m_slots[id];
-    if (drop_queued_locked(slot)) {
+    auto replaced = drop_queued_locked(slot);
+    if (replaced) {
         ++m_coalesced;
         m_done.notify_all(); // a flush may have waited for the replaced write
     } else if (!slot.writing) {
@@ -123,9 +143,11 @@ void DiskWriteQueue::push_locked(std::shared_ptr<const PendingWrite> write, Cloc
     // Otherwise the writer of the in-flight write queues `id` again when done.
     slot.queued = std::move(write);
     slot.queued_seq = ++m_next_seq;
+    slot.queued_bytes = size;
     m_pushes.push_back(Push{slot.queued_seq, id, now});
     m_outstanding.fetch_add(1, std::memory_order_release);
     m_bytes += size;
+    return replaced;
 }
 
 std::shared_ptr<const PendingWrite> DiskWriteQueue::find(const Hash128& id) const {
@@ -143,7 +165,7 @@ bool DiskWriteQueue::cancel(const Hash128& id) {
     if (it == m_slots.end()) {
         return false;
     }
-    const bool dropped = drop_queued_locked(it->second);
+    const bool dropped = drop_queued_locked(it->second) != nullptr;
     const std::shared_ptr<const PendingWrite> in_flight = it->second.writing;
     if (!in_flight) {
         m_slots.erase(it);
@@ -163,20 +185,19 @@ std::vector<Hash128> DiskWriteQueue::cancel_namespace(std::string_view ns) {
     std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>> in_flight;
     std::unique_lock lock(m_mutex);
     for (auto it = m_slots.begin(); it != m_slots.end();) {
-        Slot& slot = it->second;
+        const auto current = it++; // erase() invalidates `current` only
+        Slot& slot = current->second;
         const PendingWrite& newest = slot.queued ? *slot.queued : *slot.writing;
         if (newest.ns != ns) {
-            ++it;
             continue;
         }
         if (drop_queued_locked(slot)) {
-            dropped.push_back(it->first);
+            dropped.push_back(current->first);
         }
         if (slot.writing) {
-            in_flight.emplace_back(it->first, slot.writing);
-            ++it;
+            in_flight.emplace_back(current->first, slot.writing);
         } else {
-            it = m_slots.erase(it);
+            m_slots.erase(current);
         }
     }
     m_done.notify_all();

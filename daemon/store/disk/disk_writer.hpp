@@ -40,12 +40,13 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/tier.hpp"
 #include "daemon/store/xxh3.hpp"
+
+#include <absl/container/flat_hash_map.h>
 
 namespace pt2cache::daemon::store {
 
@@ -150,13 +151,16 @@ private:
     struct Slot {
         std::shared_ptr<const PendingWrite> queued; // waiting, the newest
         std::uint64_t queued_seq = 0;
+        std::uint64_t queued_bytes = 0;              // queued->bytes(), read without touching it
         std::shared_ptr<const PendingWrite> writing; // in flight
         std::uint64_t writing_seq = 0;
     };
     struct HashOf {
         std::size_t operator()(const Hash128& id) const { return id.low; }
     };
-    using Slots = std::unordered_map<Hash128, Slot, HashOf>;
+    // Flat: a push looks its slot up under the lock that every I/O thread
+    // and the writer share, and a node per slot missed the cache.
+    using Slots = absl::flat_hash_map<Hash128, Slot, HashOf>;
 
     void run();
     using Batch = std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>>;
@@ -180,8 +184,9 @@ private:
         Clock::time_point at;
     };
 
-    // Drops the queued write of `slot`; true when there was one.
-    bool drop_queued_locked(Slot& slot);
+    // Takes the queued write of `slot` out of the queue (null when none);
+    // the caller frees it, after letting go of the lock where it can.
+    std::shared_ptr<const PendingWrite> drop_queued_locked(Slot& slot);
     bool idle_before_locked(std::uint64_t seq) const;
     // Pops the pushes at the front of `m_pushes` that are no longer
     // outstanding (a write that ends elsewhere stays until it reaches the
@@ -192,11 +197,13 @@ private:
     const WriteFn m_write;
     mutable std::mutex m_mutex;
     std::condition_variable m_work; // writers wait for a write
-    // Whether `size` bytes for `id` fit now (a queued write of `id` is
-    // replaced, so its bytes count as room).
-    bool fits_locked(const Hash128& id, std::uint64_t size) const;
-    // Queues `write` (it fits), pushed at `now`.
-    void push_locked(std::shared_ptr<const PendingWrite> write, Clock::time_point now);
+    // Whether `size` bytes fit now, `slot` (may be null) being the write's
+    // slot: its queued write is replaced, so its bytes count as room.
+    bool fits_locked(const Slot* slot, std::uint64_t size) const;
+    // Queues `write` (it fits) in `slot`, its slot, pushed at `now`; the
+    // write it replaces, if any, which the caller frees.
+    std::shared_ptr<const PendingWrite>
+    push_locked(Slot& slot, std::shared_ptr<const PendingWrite> write, Clock::time_point now);
 
     std::condition_variable m_done; // pushes, flushes and cancels wait for progress
     Slots m_slots;
