@@ -122,13 +122,32 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
         std::lock_guard lock(m_mutex);
         while (!fresh.empty()) {
             const List::iterator node = fresh.begin();
-            if (const auto it = m_map.find(node->id); it != m_map.end()) {
-                unlink_locked(it, replaced);
-            }
+            const auto it = m_map.find(node->id);
             if (node->charge > m_max_entry) {
                 // Not stored; the older value (if any) is gone, so it is never
                 // served after a newer put.
+                if (it != m_map.end()) {
+                    unlink_locked(it, replaced);
+                }
                 replaced.splice(replaced.end(), fresh, node);
+                continue;
+            }
+            if (it != m_map.end()) {
+                // A stored key takes the new entry in place: its map slot,
+                // which views its id, stays (no erase and re-insert), and
+                // `node` carries the old entry out, freed after the lock.
+                const List::iterator stored = it->second;
+                m_size -= stored->charge;
+                std::swap(stored->entry, node->entry);
+                std::swap(stored->charge, node->charge);
+                stored->referenced.store(false, std::memory_order_relaxed);
+                replaced.splice(replaced.end(), fresh, node);
+                // Out of the list while room is made: not evicted itself.
+                List moving;
+                moving.splice(moving.end(), m_lru, stored);
+                make_room_locked(stored->charge, evicted);
+                m_lru.splice(m_lru.begin(), moving, stored);
+                m_size += stored->charge;
                 continue;
             }
             make_room_locked(node->charge, evicted);
