@@ -28,10 +28,22 @@ public:
     // next request starts here.
     void finish(std::string_view ns, store::LatencyOp op, store::LatencyTier tier,
                 store::RequestResult result) {
-        const auto end = now_ns();
+        finish_at(now_ns(), ns, op, tier, result);
+    }
+
+    // `finish` with the clock read by the caller: requests answered together
+    // (a pipeline's puts) share one read.
+    void finish_at(std::int64_t end, std::string_view ns, store::LatencyOp op,
+                   store::LatencyTier tier, store::RequestResult result) {
         counters(ns).record(op, tier, result,
                             static_cast<std::uint64_t>(std::max<std::int64_t>(0, end - m_mark)));
         m_mark = end;
+    }
+
+    static std::int64_t now_ns() {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+            .count();
     }
 
 private:
@@ -43,12 +55,6 @@ private:
             return counters != nullptr && ns.size() == size && ns.compare(0, size, name, size) == 0;
         }
     };
-
-    static std::int64_t now_ns() {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-    }
 
     store::NamespaceCounters& counters(std::string_view ns) {
         for (auto& cached : m_cache) {

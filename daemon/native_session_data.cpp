@@ -107,11 +107,13 @@ awaitable<bool> NativeSession::flush_puts() {
     while (done < m_puts.size() && keep) {
         const std::size_t stored = store().put_quick_many(std::span(m_puts).subspan(done));
         m_context.stats.daemon().requests += stored;
+        const auto answered = LatencyRecorder::now_ns();
         for (std::size_t i = done; i < done + stored; ++i) {
             const store::QuickPut& put = m_puts[i];
             m_context.compile.on_put(put.ns, put.key);
             reply(m_deferred[i].header, Status::ok);
-            m_latency.finish(put.ns, LatencyOp::put, LatencyTier::none, RequestResult::ok);
+            m_latency.finish_at(answered, put.ns, LatencyOp::put, LatencyTier::none,
+                                RequestResult::ok);
         }
         done += stored;
         if (done < m_puts.size()) {

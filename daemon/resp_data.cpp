@@ -70,10 +70,11 @@ awaitable<RespSession::Next> RespSession::flush_sets() {
         const std::size_t stored = store.put_quick_many(std::span(m_puts).subspan(done));
         m_context.stats.daemon().requests += stored;
         Writer reply(m_out.bytes(), m_version);
+        const auto answered = LatencyRecorder::now_ns();
         for (std::size_t i = done; i < done + stored; ++i) {
             reply.simple("OK");
-            m_latency.finish(m_puts[i].ns, store::LatencyOp::put, store::LatencyTier::none,
-                             store::RequestResult::ok);
+            m_latency.finish_at(answered, m_puts[i].ns, store::LatencyOp::put,
+                                store::LatencyTier::none, store::RequestResult::ok);
         }
         done += stored;
         if (done < m_puts.size()) {
