@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -207,6 +208,34 @@ TEST_CASE("memory tier overwrite, remove and clear", "[store][memory]") {
     CHECK(tier.count() == 2);
     CHECK(tier.contains("a", "bk"));
     CHECK(tier.contains("ab", "k"));
+}
+
+TEST_CASE("memory tier overwrite of a stored key in a full tier", "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(3 * k_charge, stats);
+    for (const char* key : {"k1", "k2", "k3"}) {
+        REQUIRE(tier.put("t", key, make_entry(random_bytes(100, 1))));
+    }
+    // k1, the oldest, grows by 100 bytes: room is made without it (it is
+    // not evicted by its own put), from k2, and it moves to the front.
+    const auto bigger = random_bytes(200, 7);
+    REQUIRE(tier.put("t", "k1", make_entry(bigger)));
+    const auto stored = tier.peek("t", "k1");
+    REQUIRE(stored);
+    CHECK(std::equal(bigger.begin(), bigger.end(), stored->value.bytes().begin(),
+                     stored->value.bytes().end()));
+    CHECK_FALSE(tier.contains("t", "k2"));
+    CHECK(tier.contains("t", "k3"));
+    CHECK(tier.count() == 2);
+    CHECK(tier.size_bytes() == k_charge + MemoryTier::charge_of("t", "k1", 200));
+    CHECK(stats.tier("t", TierId::memory).evictions == 1);
+    // The overwrite left k1 unmarked, at the front: k3 is the back now.
+    REQUIRE(tier.put("t", "k4", make_entry(random_bytes(100, 4))));
+    REQUIRE(tier.put("t", "k5", make_entry(random_bytes(100, 5))));
+    CHECK_FALSE(tier.contains("t", "k3"));
+    CHECK_FALSE(tier.contains("t", "k1"));
+    CHECK(tier.count() == 2);
+    CHECK(tier.size_bytes() == 2 * MemoryTier::charge_of("t", "k4", 100));
 }
 
 TEST_CASE("memory tier lists a namespace in key order", "[store][memory]") {
