@@ -28,7 +28,7 @@ struct Config {
     // [daemon]
     std::string socket_path;                       // see default_socket_path()
     std::string log_level = "info";                // trace|debug|info|warn|error|critical|off
-    unsigned io_threads = 2;                       // 1..64, Asio threads
+    unsigned io_threads = 1;                       // 1..64, Asio threads
     unsigned blocking_threads = 4;                 // 1..256, disk/remote worker threads
     std::uint64_t idle_exit_s = 0;                 // 0 = never exit when idle
     std::uint64_t max_value_size = 512ull << 20;   // 1 .. 4 GiB-1

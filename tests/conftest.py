@@ -43,6 +43,15 @@ def make_daemon(tmp_root):
 
 
 @pytest.fixture
+def make_daemon_two_loops(make_daemon):
+    """`make_daemon` with two I/O loops (the default is one), so that
+    connections, and the write queue's pushes, run on two threads."""
+    def make(*args, **kwargs):
+        return make_daemon("--set", "daemon.io_threads=2", *args, **kwargs)
+    return make
+
+
+@pytest.fixture
 def redis_server(tmp_root):
     r = RedisServer(tmp_root).start()
     yield r

@@ -86,7 +86,7 @@ TEST_CASE("defaults", "[config][load]") {
     const Config& c = loaded->config;
     CHECK(c.socket_path == tmp_socket());
     CHECK(c.log_level == "info");
-    CHECK(c.io_threads == 2);
+    CHECK(c.io_threads == 1);
     CHECK(c.blocking_threads == 4);
     CHECK(c.idle_exit_s == 0);
     CHECK(c.max_value_size == 536870912);
@@ -251,7 +251,7 @@ TEST_CASE("the default config file location", "[config][load][file]") {
         auto loaded = load(options, fixture.env());
         REQUIRE(loaded);
         CHECK(loaded->config_file == *options.config_path);
-        CHECK(loaded->config.io_threads == 2);
+        CHECK(loaded->config.io_threads == 1);
         CHECK(loaded->config.blocking_threads == 5);
     }
 }

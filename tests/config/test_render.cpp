@@ -41,7 +41,7 @@ TEST_CASE("render prints every default", "[config][render]") {
 
 daemon.socket = "/run/user/1000/pt2cache/pt2cached.sock"  # default (from XDG_RUNTIME_DIR)
 daemon.log_level = "info"  # default
-daemon.io_threads = 2  # default
+daemon.io_threads = 1  # default
 daemon.blocking_threads = 4  # default
 daemon.idle_exit_s = 0  # default
 daemon.max_value_size = 536870912  # default

@@ -23,6 +23,12 @@ SHARED_KEYS = 24
 PRIVATE_KEYS = 40
 
 
+@pytest.fixture
+def make_daemon(make_daemon_two_loops):
+    """These tests are about threads: two I/O loops."""
+    return make_daemon_two_loops
+
+
 def shared_value(writer: int, seq: int, size: int) -> bytes:
     """Self-checking: a header naming the writer, then bytes derived from it."""
     head = struct.pack("<III", writer, seq, size)

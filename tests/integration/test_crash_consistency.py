@@ -21,6 +21,12 @@ MAX_KEYS_PER_WRITER = 400
 LOAD_SECONDS = 2.0
 
 
+@pytest.fixture
+def make_daemon(make_daemon_two_loops):
+    """These tests are about threads: two I/O loops."""
+    return make_daemon_two_loops
+
+
 def value_of(key: bytes) -> bytes:
     """Mixed sizes, derived from the key alone, so that any other bytes are wrong."""
     digest = hashlib.sha256(key).digest()
