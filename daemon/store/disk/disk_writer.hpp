@@ -12,11 +12,12 @@
 //   transaction (group commit); other writes one at a time, in parallel. One
 //   writer at a time takes small entries (LMDB has one writer anyway). On a
 //   busy queue (k_busy_ready entries or more waiting when it looks) it waits
-//   up to k_small_batch_window for more first (a full batch, a flush or a
-//   shutdown ends the wait), so a busy queue costs one commit per window
-//   instead of one per few puts, and a put of an entry still queued
-//   replaces it instead of being written too. A quiet queue is committed at
-//   once;
+//   up to k_small_batch_window for more first, and it takes small entries
+//   at most once per k_small_batch_window (a full batch, a flush or a
+//   shutdown ends either wait). So a steady stream of puts costs one commit
+//   (one fdatasync) per window instead of one per few dozen puts, and a put
+//   of an entry still queued replaces it instead of being written too. A
+//   queue quiet for a window is committed at once;
 // - one write per entry at a time. A newer write of an entry still
 //   queued replaces it (last write wins, counted in `coalesced`); one of an
 //   entry being written waits behind that write;
@@ -170,8 +171,9 @@ private:
     bool has_work_locked();
     // Queued bytes that make a batch worth committing without waiting more.
     std::uint64_t batch_bytes_goal() const { return std::min(k_max_batch_bytes, m_capacity / 2); }
-    // On a busy queue, waits up to k_small_batch_window for a batch worth a
-    // commit.
+    // Waits for a batch worth a commit: up to k_small_batch_window on a busy
+    // queue, and until a window has passed since small entries were last
+    // taken.
     void linger_locked(std::unique_lock<std::mutex>& lock);
     // Moves queued writes into `batch`: small ones up to a batch's bounds,
     // or one file write.
@@ -215,8 +217,9 @@ private:
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
     std::uint64_t m_coalesced = 0;
-    unsigned m_flushes = 0;           // flush_until calls waiting
-    bool m_small_writer_busy = false; // a writer is gathering or committing small entries
+    unsigned m_flushes = 0;            // flush_until calls waiting
+    bool m_small_writer_busy = false;  // a writer is gathering or committing small entries
+    Clock::time_point m_small_taken{}; // when small entries were last taken
     bool m_paused = false;
     bool m_stop = false;
     std::vector<std::thread> m_threads;
