@@ -328,10 +328,10 @@ bool DiskWriteQueue::has_work_locked() {
 void DiskWriteQueue::linger_locked(std::unique_lock<std::mutex>& lock) {
     // Committed at once, a steady stream of puts (16 clients' SETs) made
     // about a thousand commits a second of a few dozen entries each: every
-    // one an fdatasync and a copy of each page it touched, half the daemon's
-    // CPU per SET. One commit per window costs a window of latency, which
-    // nobody waits for (puts are acknowledged when queued, reads see the
-    // queue, a flush ends the wait).
+    // one an fdatasync and a copy of each page it touched, a fifth of the
+    // daemon's CPU per SET. One commit per window costs a window of
+    // latency, which nobody waits for (puts are acknowledged when queued,
+    // reads see the queue, a flush ends the wait).
     const auto now = Clock::now();
     auto until = m_small_taken + k_small_batch_window;
     if (m_ready.size() >= k_busy_ready) {
