@@ -9,6 +9,10 @@
 //       small.mdb, then the time from constructing the disk tier (what the
 //       daemon does at start) until its index answers a miss from memory
 //       (known_absent), three runs.
+//   small_store_bench overwrite [N=1000] [DIR]  the write queue's batches
+//       under redis-benchmark -r N SETs of 1 KiB: 300 transactions, each of
+//       the distinct keys among 2000 drawn from N (about one 25 ms window at
+//       80,000 SETs a second); the writing thread's CPU time per entry.
 //   small_store_bench fill N DIR  only writes those N entries, into
 //       DIR/cache/small.mdb, and keeps DIR (tests/bench/daemon-startup-bench
 //       then times whole daemons on it).
@@ -18,7 +22,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <random>
+#include <set>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -135,6 +142,62 @@ int fill(std::size_t count, const fs::path& root) {
     return 0;
 }
 
+double thread_cpu_seconds() {
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
+
+int overwrite(std::size_t keys, const fs::path& base) {
+    const fs::path root = base / "cache";
+    fs::create_directories(root);
+    bool recovered = false;
+    auto store = SmallStore::open((root / "small.mdb").string(), 1ULL << 30, recovered);
+    if (!store) {
+        std::fprintf(stderr, "%s\n", store.error().c_str());
+        return 1;
+    }
+    constexpr int k_batches = 300;
+    constexpr std::size_t k_drawn = 2000;
+    std::vector<std::vector<std::byte>> encoded;
+    std::vector<Hash128> ids;
+    for (std::size_t i = 0; i < keys; ++i) {
+        const std::string key = fmt::format("key:{:012}", i);
+        Entry entry;
+        entry.value = Blob::copy_of(std::string(1024, 'x'));
+        entry.created_ms = 1'700'000'000'000;
+        encoded.push_back(encode("redis", key, entry, 1ULL << 40, 1));
+        ids.push_back(entry_hash("redis", key));
+    }
+    std::mt19937 random(1);
+    double cpu = 0;
+    std::size_t written = 0;
+    const auto started = Clock::now();
+    for (int batch = 0; batch < k_batches; ++batch) {
+        std::set<std::size_t> drawn; // the queue writes a key put twice once
+        for (std::size_t i = 0; i < k_drawn; ++i) {
+            drawn.insert(random() % keys);
+        }
+        std::vector<SmallWrite> writes;
+        for (const std::size_t i : drawn) {
+            writes.push_back(SmallWrite{"redis", ids[i], {std::span(encoded[i]), {}, {}}, 0});
+        }
+        const double before = thread_cpu_seconds();
+        if (auto done = (*store)->write(writes, 1'700'000'000'000); !done) {
+            std::fprintf(stderr, "%s\n", done.error().message.c_str());
+            return 1;
+        }
+        cpu += thread_cpu_seconds() - before;
+        written += writes.size();
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    fmt::print("{} transactions of {:.0f} distinct 1 KiB entries (of {} keys): {:.2f} us of CPU "
+               "per entry, {:.1f} ms a transaction\n",
+               k_batches, static_cast<double>(written) / k_batches, keys,
+               cpu * 1e6 / static_cast<double>(written), seconds * 1e3 / k_batches);
+    return 0;
+}
+
 int startup(std::size_t count, const fs::path& base) {
     const fs::path root = base / "cache";
     if (const int rc = fill(count, root); rc != 0) {
@@ -164,14 +227,16 @@ int startup(std::size_t count, const fs::path& base) {
 int main(int argc, char** argv) {
     logger().set_level(spdlog::level::warn);
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode != "inodes" && mode != "startup" && !(mode == "fill" && argc == 4)) {
-        std::fprintf(stderr, "usage: small_store_bench inodes|startup [N] [DIR]\n"
+    if (mode != "inodes" && mode != "startup" && mode != "overwrite" &&
+        !(mode == "fill" && argc == 4)) {
+        std::fprintf(stderr, "usage: small_store_bench inodes|startup|overwrite [N] [DIR]\n"
                              "       small_store_bench fill N DIR\n");
         return 2;
     }
-    const std::size_t count = argc > 2           ? std::stoul(argv[2])
-                              : mode == "inodes" ? 100'000
-                                                 : 1'000'000;
+    const std::size_t count = argc > 2              ? std::stoul(argv[2])
+                              : mode == "inodes"    ? 100'000
+                              : mode == "overwrite" ? 1000
+                                                    : 1'000'000;
     const char* tmp = std::getenv("TMPDIR");
     const fs::path base = argc > 3 ? fs::path(argv[3])
                                    : fs::path(tmp != nullptr ? tmp : "/tmp") /
@@ -180,7 +245,9 @@ int main(int argc, char** argv) {
     if (mode == "fill") {
         return fill(count, base / "cache");
     }
-    const int rc = mode == "inodes" ? inodes(count, base) : startup(count, base);
+    const int rc = mode == "inodes"      ? inodes(count, base)
+                   : mode == "overwrite" ? overwrite(count, base)
+                                         : startup(count, base);
     fs::remove_all(base);
     return rc;
 }

@@ -160,15 +160,40 @@ tl::expected<void, SmallError> SmallStore::write(std::span<const SmallWrite> wri
             SmallError{true, fmt::format("writing {}: the map ({} bytes) is 90 % full", m_path,
                                          m_map_size.load())});
     }
+    // In key order, through one cursor per database: LMDB then finds each
+    // key on the leaf page the cursor is on (a comparison with that page's
+    // first and last keys) instead of searching from the root, and touches
+    // each page in turn. Stable, so that of two writes of one key the later
+    // one is stored.
+    std::vector<std::string> keys;
+    keys.reserve(writes.size());
+    for (const SmallWrite& write : writes) {
+        keys.push_back(make_key(write.ns, write.id));
+    }
+    std::vector<std::uint32_t> order(writes.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return keys[a] < keys[b]; });
     int rc = 0;
     auto done = in_txn(
         false,
         [&](Env& env, MDB_txn* txn) {
-            for (const SmallWrite& write : writes) {
-                const std::string key_text = make_key(write.ns, write.id);
-                MDB_val key = val_of(key_text);
+            int opened = 0;
+            Cursor entries(txn, env.entries, opened);
+            if (opened != 0) {
+                return opened;
+            }
+            Cursor metas(txn, env.meta, opened);
+            if (opened != 0) {
+                return opened;
+            }
+            for (const std::uint32_t i : order) {
+                const SmallWrite& write = writes[i];
+                MDB_val key = val_of(keys[i]);
                 MDB_val value{write.size(), nullptr};
-                if (const int put = mdb_put(txn, env.entries, &key, &value, MDB_RESERVE);
+                if (const int put = mdb_cursor_put(entries.get(), &key, &value, MDB_RESERVE);
                     put != 0) {
                     return put;
                 }
@@ -179,7 +204,7 @@ tl::expected<void, SmallError> SmallStore::write(std::span<const SmallWrite> wri
                 auto meta = meta_value(static_cast<std::uint32_t>(write.size()),
                                        write.atime_ms != 0 ? write.atime_ms : now);
                 MDB_val meta_val{meta.size(), meta.data()};
-                if (const int put = mdb_put(txn, env.meta, &key, &meta_val, 0); put != 0) {
+                if (const int put = mdb_cursor_put(metas.get(), &key, &meta_val, 0); put != 0) {
                     return put;
                 }
             }
