@@ -11,8 +11,8 @@
 //       (known_absent), three runs.
 //   small_store_bench overwrite [N=1000] [DIR]  the write queue's batches
 //       under redis-benchmark -r N SETs of 1 KiB: 300 transactions, each of
-//       the distinct keys among 2000 drawn from N (about one 25 ms window at
-//       80,000 SETs a second); the writing thread's CPU time per entry.
+//       the distinct keys among 2000 drawn from N (about one window's SETs
+//       at 16 clients); the writing thread's CPU time per entry.
 //   small_store_bench fill N DIR  only writes those N entries, into
 //       DIR/cache/small.mdb, and keeps DIR (tests/bench/daemon-startup-bench
 //       then times whole daemons on it).

@@ -89,7 +89,7 @@ public:
     static constexpr std::size_t k_max_small_batch = 4096;
     static constexpr std::uint64_t k_max_batch_bytes = 4ULL << 20;
     // How long a writer gathers small entries before committing them.
-    static constexpr std::chrono::milliseconds k_small_batch_window{25};
+    static constexpr std::chrono::milliseconds k_small_batch_window{40};
     static constexpr std::size_t k_busy_ready = 128;
 
     // Starts `threads` (at least 1) writer threads calling `write`.
