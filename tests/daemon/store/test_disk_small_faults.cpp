@@ -163,3 +163,44 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
     CHECK((*store)->quarantines() == 1);
     CHECK(called == 1);
 }
+
+TEST_CASE("a fault while compacting quarantines the store, which works on",
+          "[store][disk][small]") {
+    // mdb_env_copy2 walks every tree page; on a truncated file the walk
+    // faults, LMDB's copy thread is left waiting (see SmallStore::compact),
+    // and the store is replaced as after any fault.
+    TempDir dir;
+    const std::string path = (dir.path() / "small.mdb").string();
+    bool recovered = false;
+    auto store = SmallStore::open(path, 64ULL << 20, recovered);
+    REQUIRE(store);
+    const std::string value(3000, 'v');
+    const auto bytes = std::as_bytes(std::span(value));
+    for (int i = 0; i < 100; ++i) {
+        const std::string key = fmt::format("k{}", i);
+        const SmallWrite writes[] = {{"pgo", entry_hash("pgo", key), {bytes, {}, {}}, 0}};
+        REQUIRE((*store)->write(writes, 1));
+    }
+    int called = 0;
+    (*store)->set_on_quarantine([&] { ++called; });
+
+    truncate_to_meta_pages(path);
+    auto compacted = (*store)->compact();
+    REQUIRE_FALSE(compacted);
+    CHECK(compacted.error().find("LMDB faulted") != std::string::npos);
+    CHECK((*store)->quarantines() == 1);
+    CHECK(called == 1);
+    CHECK(fs::exists(path + ".broken"));
+    CHECK_FALSE(fs::exists(path + ".compact"));
+
+    // The replacement is empty, takes writes and compacts.
+    CHECK((*store)->size() == 0);
+    const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
+    REQUIRE((*store)->write(writes, 1));
+    REQUIRE((*store)->compact());
+    auto read = (*store)->read("pgo", entry_hash("pgo", "again"));
+    REQUIRE(read);
+    REQUIRE(*read);
+    CHECK((*read)->size() == value.size());
+    CHECK((*store)->quarantines() == 1);
+}
