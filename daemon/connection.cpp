@@ -188,15 +188,24 @@ bool Connection::send(OutputBatch& batch) {
     // Most replies fit in the socket buffer: write them now, without the
     // scheduler round trip that even an immediately complete async_write
     // costs. Only what does not fit goes to the writer.
-    const auto buffers = batch.buffers();
     boost::system::error_code ec;
-    const std::size_t written = m_socket.write_some(buffers, ec);
+    std::size_t written = 0;
+    std::size_t total = 0;
+    if (batch.has_blobs()) {
+        const auto buffers = batch.buffers();
+        total = asio::buffer_size(buffers);
+        written = m_socket.write_some(buffers, ec);
+    } else {
+        // Replies alone (misses, SETs' OKs): one buffer, one send.
+        const auto bytes = asio::buffer(batch.bytes());
+        total = bytes.size();
+        written = m_socket.write_some(bytes, ec);
+    }
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
         batch.clear();
         m_write_failed = true;
         return false;
     }
-    const std::size_t total = asio::buffer_size(buffers);
     if (written == total) {
         batch.clear();
         return true;

@@ -11,6 +11,8 @@
 #include "daemon/asio.hpp"
 #include "daemon/store/blob.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 namespace pt2cache::daemon {
 
 class InputBuffer {
@@ -81,6 +83,8 @@ public:
     }
 
     bool empty() const { return m_bytes.empty() && m_blobs.empty(); }
+    // Whether a value is sent by reference (else `bytes()` is the batch).
+    bool has_blobs() const { return !m_blobs.empty(); }
 
     // Bytes a write of this batch sends.
     std::size_t size() const { return m_bytes.size() + m_blob_bytes; }
@@ -95,9 +99,11 @@ public:
         }
     }
 
-    // The gathered buffers for one write; valid until the next change.
-    std::vector<asio::const_buffer> buffers() const {
-        std::vector<asio::const_buffer> out;
+    // The gathered buffers for one write; valid until the next change. A
+    // batch of a few values needs no allocation for them.
+    using Buffers = boost::container::small_vector<asio::const_buffer, 8>;
+    Buffers buffers() const {
+        Buffers out;
         out.reserve(m_blobs.size() * 2 + 1);
         std::size_t at = 0;
         for (const auto& segment : m_blobs) {
