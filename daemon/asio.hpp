@@ -26,9 +26,14 @@
 namespace pt2cache::daemon {
 
 namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
-using UnixSocket = asio::local::stream_protocol::socket;
-using UnixAcceptor = asio::local::stream_protocol::acceptor;
+// Every coroutine, socket and timer of the daemon runs on an io_context: the
+// concrete executor type spares each asynchronous operation the copies and
+// indirect calls of the type-erased any_io_executor.
+using Executor = asio::io_context::executor_type;
+template <typename T = void>
+using awaitable = asio::awaitable<T, Executor>;
+inline constexpr asio::use_awaitable_t<Executor> use_awaitable{};
+using UnixSocket = asio::basic_stream_socket<asio::local::stream_protocol, Executor>;
+using UnixAcceptor = asio::basic_socket_acceptor<asio::local::stream_protocol, Executor>;
 
 } // namespace pt2cache::daemon

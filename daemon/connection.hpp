@@ -24,7 +24,7 @@ public:
     // The connection's loop: its session and its reply writer run there. One
     // thread runs each loop (server.cpp), so they never run at once and need
     // no strand.
-    asio::any_io_executor executor() const { return m_executor; }
+    Executor executor() const { return m_executor; }
 
     // The client process (SO_PEERCRED); -1 when unknown.
     pid_t peer_pid() const { return m_peer.pid; }
@@ -86,7 +86,7 @@ private:
     awaitable<bool> written();
 
     UnixSocket m_socket;
-    asio::any_io_executor m_executor;
+    Executor m_executor;
     // Replies the socket did not take at once, in order; the front one has
     // `m_front_written` bytes written already.
     std::deque<OutputBatch> m_queued;

@@ -39,7 +39,7 @@ awaitable<std::invoke_result_t<Fn>> offload(asio::thread_pool& pool, Fn fn) {
                        });
         });
     };
-    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&,
+    co_return co_await asio::async_initiate<const asio::use_awaitable_t<Executor>&,
                                             void(std::exception_ptr, Result)>(std::move(initiation),
                                                                               use_awaitable);
 }
