@@ -90,14 +90,12 @@ void Connection::shutdown_read() {
     ::shutdown(m_socket.native_handle(), SHUT_RD);
 }
 
+std::uint64_t Connection::input_beyond_base() const {
+    return m_input.capacity() > InputBuffer::k_base ? m_input.capacity() - InputBuffer::k_base : 0;
+}
+
 awaitable<bool> Connection::lease_input() {
-    const std::uint64_t beyond_base =
-        m_input.capacity() > InputBuffer::k_base ? m_input.capacity() - InputBuffer::k_base : 0;
-    if (beyond_base <= m_lease.bytes()) {
-        m_lease.resize_down(beyond_base);
-        co_return true;
-    }
-    const bool granted = co_await m_lease.grow_to(beyond_base, k_inflight_patience);
+    const bool granted = co_await m_lease.grow_to(input_beyond_base(), k_inflight_patience);
     co_return granted;
 }
 
@@ -107,7 +105,14 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     // Every byte of capacity beyond the base comes out of the daemon-wide
     // budget; the buffer only grows with what arrives (sessions ask for at
     // most about double what they hold), never with what a length claims.
-    const bool leased = co_await lease_input();
+    // The lease shrinks at once; growing it may wait, in a coroutine of its
+    // own (the usual read needs no growth and no coroutine frame).
+    bool leased = true;
+    if (const std::uint64_t beyond_base = input_beyond_base(); beyond_base <= m_lease.bytes()) {
+        m_lease.resize_down(beyond_base);
+    } else {
+        leased = co_await lease_input();
+    }
     if (!leased) {
         m_context.stats.daemon().inflight_refused++;
         logger("session").warn("[{}] no room in daemon.max_inflight_bytes ({} of {} bytes in use) "

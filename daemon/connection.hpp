@@ -76,7 +76,9 @@ public:
 
 private:
     bool peer_allowed();
-    // Brings the lease in line with the input buffer's capacity.
+    // Input buffer bytes past what every connection holds without a lease.
+    std::uint64_t input_beyond_base() const;
+    // Grows the lease to the input buffer's capacity, waiting for room.
     awaitable<bool> lease_input();
     // Starts an async_write of the front of m_queued (on the loop's thread).
     void write_front();
