@@ -139,11 +139,20 @@ awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
 }
 
 awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
+    // Not a coroutine: the usual batch goes straight on to read_more's
+    // coroutine, with no frame of its own.
+    if (!send(batch) || m_context.stopping) {
+        return answer(false);
+    }
+    if (m_queued_bytes > k_max_queued_output || m_write_failed) {
+        return drain_then_read(hint);
+    }
+    return read_more(hint);
+}
+
+awaitable<bool> Connection::drain_then_read(std::size_t hint) {
     // Plain statements: GCC 12 miscompiles (SIGILL) a co_await inside a
     // short-circuit condition or a co_return of this awaitable<bool>.
-    if (!send(batch) || m_context.stopping) {
-        co_return false;
-    }
     while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
         co_await writer_progress();
     }
@@ -152,6 +161,10 @@ awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
     }
     const bool more = co_await read_more(hint);
     co_return more;
+}
+
+awaitable<bool> Connection::answer(bool value) {
+    co_return value;
 }
 
 awaitable<bool> Connection::make_room(OutputBatch& batch) {

@@ -84,6 +84,11 @@ private:
     void write_front();
     // Waits until the writer has made progress or ended.
     awaitable<void> writer_progress();
+    // next_batch's slow path: waits until the queued replies are under
+    // k_max_queued_output, then reads.
+    awaitable<bool> drain_then_read(std::size_t hint);
+    // `value`, as a finished coroutine.
+    static awaitable<bool> answer(bool value);
     // Waits until every queued reply is written (or a write failed).
     awaitable<bool> written();
 
