@@ -31,6 +31,30 @@ std::size_t find_crlf(std::string_view text, std::size_t from) {
     return text.find("\r\n", from);
 }
 
+// The common length line, "<digits>\r\n" at `from` with 1 to 18 digits and
+// no leading zero (so no overflow): its value, and the position of its "\r".
+// Anything else (a sign, a long number, a line not complete yet, garbage)
+// returns false, and the caller takes the general path (find_crlf and
+// parse_int), which decides exactly as it always did.
+bool quick_line_int(std::string_view text, std::size_t from, std::int64_t& value,
+                    std::size_t& eol) {
+    std::int64_t total = 0;
+    std::size_t at = from;
+    const std::size_t end = std::min(text.size(), from + 18);
+    while (at < end && text[at] >= '0' && text[at] <= '9') {
+        total = total * 10 + (text[at] - '0');
+        ++at;
+    }
+    const std::size_t digits = at - from;
+    if (digits == 0 || (text[from] == '0' && digits != 1) || at + 1 >= text.size() ||
+        text[at] != '\r' || text[at + 1] != '\n') {
+        return false;
+    }
+    value = total;
+    eol = at;
+    return true;
+}
+
 ParseResult parse_inline(std::string_view text) {
     auto newline = text.find('\n');
     if (newline == std::string_view::npos) {
@@ -95,15 +119,21 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         return parse_inline(text);
     }
 
-    auto eol = find_crlf(text, 0);
-    if (eol == std::string_view::npos) {
-        if (text.size() > k_max_inline) {
-            return ProtocolError{"too big mbulk count string"};
-        }
-        return NeedMore{};
-    }
     std::int64_t count = 0;
-    if (!parse_int(text.substr(1, eol - 1), count) || count > std::int64_t(k_max_multibulk)) {
+    std::size_t eol = 0;
+    if (!quick_line_int(text, 1, count, eol)) {
+        eol = find_crlf(text, 0);
+        if (eol == std::string_view::npos) {
+            if (text.size() > k_max_inline) {
+                return ProtocolError{"too big mbulk count string"};
+            }
+            return NeedMore{};
+        }
+        if (!parse_int(text.substr(1, eol - 1), count)) {
+            return ProtocolError{"invalid multibulk length"};
+        }
+    }
+    if (count > std::int64_t(k_max_multibulk)) {
         return ProtocolError{"invalid multibulk length"};
     }
     Command command;
@@ -132,19 +162,23 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         if (text[pos] != '$') {
             return ProtocolError{fmt::format("expected '$', got '{}'", text[pos])};
         }
-        eol = find_crlf(text, pos);
-        if (eol == std::string_view::npos) {
-            if (text.size() - pos > k_max_inline) {
-                return ProtocolError{"too big bulk count string"};
-            }
-            // "$<digits>" has arrived in part: the rest of this argument's
-            // minimal 6 bytes, then the others'.
-            return still_needed(
-                i + 1, std::max<std::size_t>(1, 6 - std::min<std::size_t>(6, text.size() - pos)));
-        }
         std::int64_t length = 0;
-        if (!parse_int(text.substr(pos + 1, eol - pos - 1), length) || length < 0 ||
-            std::uint64_t(length) > limits.max_bulk) {
+        if (!quick_line_int(text, pos + 1, length, eol)) {
+            eol = find_crlf(text, pos);
+            if (eol == std::string_view::npos) {
+                if (text.size() - pos > k_max_inline) {
+                    return ProtocolError{"too big bulk count string"};
+                }
+                // "$<digits>" has arrived in part: the rest of this
+                // argument's minimal 6 bytes, then the others'.
+                return still_needed(i + 1, std::max<std::size_t>(
+                                               1, 6 - std::min<std::size_t>(6, text.size() - pos)));
+            }
+            if (!parse_int(text.substr(pos + 1, eol - pos - 1), length)) {
+                return ProtocolError{"invalid bulk length"};
+            }
+        }
+        if (length < 0 || std::uint64_t(length) > limits.max_bulk) {
             return ProtocolError{"invalid bulk length"};
         }
         if (std::uint64_t(length) > limits.max_value) {

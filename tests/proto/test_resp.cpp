@@ -126,6 +126,34 @@ TEST_CASE("lengths with leading zeros are refused, whole or split", "[proto][res
     CHECK(std::get<Command>(zero_bulk).args == std::vector<std::string_view>{""});
 }
 
+// parse_command reads the usual "<up to 18 digits>\r\n" length line in one
+// pass and leaves every other line to the general path (find the CRLF, then
+// parse the number): the same answers at the edges between the two.
+TEST_CASE("length lines at the quick path's edges parse as the general path does",
+          "[proto][resp]") {
+    const Limits huge{.max_bulk = std::numeric_limits<std::uint64_t>::max(),
+                      .max_value = std::numeric_limits<std::uint64_t>::max()};
+    // 18 digits (quick), 19 (general), past int64 (refused).
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$999999999999999999\r\n", huge)));
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$9223372036854775807\r\n", huge)));
+    CHECK(error_of(parse("*1\r\n$9223372036854775808\r\n", huge)) == "invalid bulk length");
+    CHECK(error_of(parse("*1\r\n$999999999999999999\r\n")) == "invalid bulk length");
+    // A CR without its LF: the line runs to the next CRLF, and is no number.
+    CHECK(error_of(parse("*1\r\n$3\rX\r\nabc\r\n")) == "invalid bulk length");
+    CHECK(error_of(parse("*1\rX\r\n$3\r\nabc\r\n")) == "invalid multibulk length");
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$3\rX")));
+    // A line cut anywhere needs more.
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$3")));
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r\n$3\r")));
+    CHECK(std::holds_alternative<NeedMore>(parse("*1\r")));
+    CHECK(std::holds_alternative<NeedMore>(parse("*12")));
+    // Either path yields the same command.
+    const std::string value(123, 'v');
+    auto quick = parse("*2\r\n$3\r\nSET\r\n$123\r\n" + value + "\r\n");
+    REQUIRE(std::holds_alternative<Command>(quick));
+    CHECK(std::get<Command>(quick).args[1] == value);
+}
+
 TEST_CASE("a bulk string over max_value is reported as soon as its length is read",
           "[proto][resp]") {
     const Limits limits{.max_bulk = 1000, .max_value = 10};
