@@ -145,6 +145,10 @@ private:
     tl::expected<void, std::string> open_env(bool& refused);
     // open_env's part that reads the file's pages.
     tl::expected<void, std::string> open_databases_locked(Env& env, bool& refused);
+    // Reads every page of the trees compaction copies (a byte of each page,
+    // overflow pages included), in one guarded read transaction on this
+    // thread; `walked` is the environment read. A fault quarantines the store.
+    tl::expected<void, std::string> read_every_page(const Env*& walked);
     // Replaces `faulted` (unless another thread already did) by a fresh store.
     void quarantine(const Env* faulted);
     void close_env_locked();

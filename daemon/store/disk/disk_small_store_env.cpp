@@ -253,21 +253,64 @@ void SmallStore::grow_map() {
     }
 }
 
+tl::expected<void, std::string> SmallStore::read_every_page(const Env*& walked) {
+    return in_txn(true, [&](Env& env, MDB_txn* txn) {
+        walked = &env;
+        const std::size_t page = env.page_size;
+        for (const MDB_dbi dbi : {env.entries, env.meta, env.info}) {
+            int rc = 0;
+            Cursor cursor(txn, dbi, rc);
+            MDB_val key{};
+            MDB_val value{};
+            for (rc = rc != 0 ? rc : mdb_cursor_get(cursor.get(), &key, &value, MDB_FIRST); rc == 0;
+                 rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_NEXT)) {
+                // The cursor read the branch and leaf pages; a value of its
+                // own overflow pages is read a byte a page, and its last.
+                const auto* bytes = static_cast<const volatile unsigned char*>(value.mv_data);
+                for (std::size_t at = 0; at < value.mv_size; at += page) {
+                    (void)bytes[at];
+                }
+                if (value.mv_size != 0) {
+                    (void)bytes[value.mv_size - 1];
+                }
+            }
+            if (rc != MDB_NOTFOUND) {
+                return rc;
+            }
+        }
+        return 0;
+    });
+}
+
 tl::expected<void, std::string> SmallStore::compact() {
     std::lock_guard write_lock(m_write_mutex);
     const std::string copy = m_path + ".compact";
+    // mdb_env_copy2 walks the trees with a thread of LMDB's own. A fault in
+    // that walk jumps out of this frame and leaves the thread waiting on
+    // state in it, to wake on whatever later overwrites the stack (a heap
+    // corruption seen in a test). So this thread reads every page the copy
+    // will read first: a truncated or corrupt file faults here, with no copy
+    // thread started. The writes wait meanwhile, so the copy reads the same
+    // tree; only a file changed by another process in between can still
+    // fault inside the copy.
     const Env* copied = nullptr;
+    if (auto read = read_every_page(copied); !read) {
+        return read;
+    }
     {
         std::shared_lock lock(m_env_mutex);
         if (!m_env) {
             return tl::make_unexpected("the small-entry store is closed");
         }
-        copied = m_env.get();
+        if (m_env.get() != copied) {
+            return tl::make_unexpected("the store was replaced while it was read");
+        }
         ::unlink(copy.c_str());
         int rc = 0;
         auto copy_pages = [&] { rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); };
         if (!run_guarded(copy_pages)) {
-            // Walking the trees faulted: LMDB's copy thread is left waiting.
+            // The file changed under us since it read cleanly: LMDB's copy
+            // thread is left waiting (see above).
             ::unlink(copy.c_str());
             const Env* faulted = m_env.get();
             lock.unlock();
