@@ -26,7 +26,7 @@
 namespace pt2cache::daemon {
 
 namespace asio = boost::asio;
-// Every coroutine, socket and timer of the daemon runs on an io_context: the
+// Every coroutine and Unix socket of the daemon runs on an io_context: the
 // concrete executor type spares each asynchronous operation the copies and
 // indirect calls of the type-erased any_io_executor.
 using Executor = asio::io_context::executor_type;

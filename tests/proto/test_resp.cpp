@@ -149,7 +149,8 @@ TEST_CASE("length lines at the quick path's edges parse as the general path does
     CHECK(std::holds_alternative<NeedMore>(parse("*12")));
     // Either path yields the same command.
     const std::string value(123, 'v');
-    auto quick = parse("*2\r\n$3\r\nSET\r\n$123\r\n" + value + "\r\n");
+    const std::string wire = "*2\r\n$3\r\nSET\r\n$123\r\n" + value + "\r\n";
+    auto quick = parse(wire); // the arguments view `wire`
     REQUIRE(std::holds_alternative<Command>(quick));
     CHECK(std::get<Command>(quick).args[1] == value);
 }
