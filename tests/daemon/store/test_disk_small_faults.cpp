@@ -38,6 +38,22 @@ void truncate_to_meta_pages(const fs::path& path) {
     fs::resize_file(path, 2 * 4096);
 }
 
+// A store at `path` holding 100 "pgo" entries of 3000 bytes (`k0`..`k99`):
+// pages enough that truncating the file leaves every tree page past its end.
+std::unique_ptr<SmallStore> store_of_100(const std::string& path) {
+    bool recovered = false;
+    auto store = SmallStore::open(path, 64ULL << 20, recovered);
+    REQUIRE(store);
+    const std::string value(3000, 'v');
+    const auto bytes = std::as_bytes(std::span(value));
+    for (int i = 0; i < 100; ++i) {
+        const std::string key = fmt::format("k{}", i);
+        const SmallWrite writes[] = {{"pgo", entry_hash("pgo", key), {bytes, {}, {}}, 0}};
+        REQUIRE((*store)->write(writes, 1));
+    }
+    return std::move(*store);
+}
+
 } // namespace
 
 TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]") {
@@ -129,78 +145,63 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
           "[store][disk][small]") {
     TempDir dir;
     const std::string path = (dir.path() / "small.mdb").string();
-    bool recovered = false;
-    auto store = SmallStore::open(path, 64ULL << 20, recovered);
-    REQUIRE(store);
+    auto store = store_of_100(path);
     const std::string value(3000, 'v');
-    for (int i = 0; i < 100; ++i) {
-        const std::string key = fmt::format("k{}", i);
-        const auto bytes = std::as_bytes(std::span(value));
-        const SmallWrite writes[] = {{"pgo", entry_hash("pgo", key), {bytes, {}, {}}, 0}};
-        REQUIRE((*store)->write(writes, 1));
-    }
     int called = 0;
-    (*store)->set_on_quarantine([&] { ++called; });
+    store->set_on_quarantine([&] { ++called; });
 
     truncate_to_meta_pages(path);
     std::size_t records = 0;
-    auto loaded = (*store)->load_meta([&](SmallRecord&&) { ++records; });
+    auto loaded = store->load_meta([&](SmallRecord&&) { ++records; });
     REQUIRE_FALSE(loaded);
     CHECK(loaded.error().find("LMDB faulted") != std::string::npos);
-    CHECK((*store)->quarantines() == 1);
+    CHECK(store->quarantines() == 1);
     CHECK(called == 1);
     CHECK(fs::exists(path + ".broken"));
 
     // The replacement is empty and works; nothing faults again.
-    CHECK((*store)->size() == 0);
+    CHECK(store->size() == 0);
     const auto bytes = std::as_bytes(std::span(value));
     const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
-    REQUIRE((*store)->write(writes, 1));
-    auto read = (*store)->read("pgo", entry_hash("pgo", "again"));
+    REQUIRE(store->write(writes, 1));
+    auto read = store->read("pgo", entry_hash("pgo", "again"));
     REQUIRE(read);
     REQUIRE(*read);
     CHECK((*read)->size() == value.size());
-    CHECK((*store)->quarantines() == 1);
+    CHECK(store->quarantines() == 1);
     CHECK(called == 1);
 }
 
 TEST_CASE("a fault while compacting quarantines the store, which works on",
           "[store][disk][small]") {
-    // mdb_env_copy2 walks every tree page; on a truncated file the walk
-    // faults, LMDB's copy thread is left waiting (see SmallStore::compact),
-    // and the store is replaced as after any fault.
+    // Compaction reads every page before mdb_env_copy2 starts its copy
+    // thread (see SmallStore::compact); on a truncated file that read
+    // faults, and the store is replaced as after any fault.
     TempDir dir;
     const std::string path = (dir.path() / "small.mdb").string();
-    bool recovered = false;
-    auto store = SmallStore::open(path, 64ULL << 20, recovered);
-    REQUIRE(store);
+    auto store = store_of_100(path);
     const std::string value(3000, 'v');
     const auto bytes = std::as_bytes(std::span(value));
-    for (int i = 0; i < 100; ++i) {
-        const std::string key = fmt::format("k{}", i);
-        const SmallWrite writes[] = {{"pgo", entry_hash("pgo", key), {bytes, {}, {}}, 0}};
-        REQUIRE((*store)->write(writes, 1));
-    }
     int called = 0;
-    (*store)->set_on_quarantine([&] { ++called; });
+    store->set_on_quarantine([&] { ++called; });
 
     truncate_to_meta_pages(path);
-    auto compacted = (*store)->compact();
+    auto compacted = store->compact();
     REQUIRE_FALSE(compacted);
     CHECK(compacted.error().find("LMDB faulted") != std::string::npos);
-    CHECK((*store)->quarantines() == 1);
+    CHECK(store->quarantines() == 1);
     CHECK(called == 1);
     CHECK(fs::exists(path + ".broken"));
     CHECK_FALSE(fs::exists(path + ".compact"));
 
     // The replacement is empty, takes writes and compacts.
-    CHECK((*store)->size() == 0);
+    CHECK(store->size() == 0);
     const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
-    REQUIRE((*store)->write(writes, 1));
-    REQUIRE((*store)->compact());
-    auto read = (*store)->read("pgo", entry_hash("pgo", "again"));
+    REQUIRE(store->write(writes, 1));
+    REQUIRE(store->compact());
+    auto read = store->read("pgo", entry_hash("pgo", "again"));
     REQUIRE(read);
     REQUIRE(*read);
     CHECK((*read)->size() == value.size());
-    CHECK((*store)->quarantines() == 1);
+    CHECK(store->quarantines() == 1);
 }
