@@ -126,6 +126,10 @@ public:
     // with no lock of this class held). How many times that happened.
     void set_on_quarantine(std::function<void()> on_quarantine);
     std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
+    // Runs in compact() between the copy and the swap, with no lock of this
+    // class held: a test quarantines the store there (compaction then drops
+    // its copy of the store that was replaced). Set before use.
+    void set_after_copy(std::function<void()> after_copy);
 
     const std::string& path() const { return m_path; }
 
@@ -169,6 +173,7 @@ private:
     std::atomic<std::uint64_t> m_file_bytes{0};
     std::atomic<std::uint64_t> m_quarantines{0};
     std::function<void()> m_on_quarantine; // set before use
+    std::function<void()> m_after_copy;    // set before use
 };
 
 } // namespace pt2cache::daemon::store

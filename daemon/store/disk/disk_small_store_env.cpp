@@ -69,6 +69,10 @@ void SmallStore::set_on_quarantine(std::function<void()> on_quarantine) {
     m_on_quarantine = std::move(on_quarantine);
 }
 
+void SmallStore::set_after_copy(std::function<void()> after_copy) {
+    m_after_copy = std::move(after_copy);
+}
+
 void SmallStore::quarantine(const Env* faulted) {
     {
         std::unique_lock lock(m_env_mutex);
@@ -321,6 +325,9 @@ tl::expected<void, std::string> SmallStore::compact() {
             ::unlink(copy.c_str());
             return tl::make_unexpected(fmt::format("mdb_env_copy2: {}", mdb_text(rc)));
         }
+    }
+    if (m_after_copy) {
+        m_after_copy();
     }
     std::unique_lock lock(m_env_mutex);
     if (m_env.get() != copied) {

@@ -54,6 +54,24 @@ std::unique_ptr<SmallStore> store_of_100(const std::string& path) {
     return std::move(*store);
 }
 
+// The fresh store that replaced a quarantined one: empty, it takes a write
+// (then compacts, when `compact`) and reads the entry back.
+void check_fresh_store_works(SmallStore& store, bool compact) {
+    CHECK(store.size() == 0);
+    const std::string value(3000, 'v');
+    const auto bytes = std::as_bytes(std::span(value));
+    const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
+    REQUIRE(store.write(writes, 1));
+    if (compact) {
+        REQUIRE(store.compact());
+    }
+    CHECK(store.size() == 1);
+    auto read = store.read("pgo", entry_hash("pgo", "again"));
+    REQUIRE(read);
+    REQUIRE(*read);
+    CHECK((*read)->size() == value.size());
+}
+
 } // namespace
 
 TEST_CASE("run_guarded contains a fault and nothing else", "[store][disk][small]") {
@@ -146,7 +164,6 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
     TempDir dir;
     const std::string path = (dir.path() / "small.mdb").string();
     auto store = store_of_100(path);
-    const std::string value(3000, 'v');
     int called = 0;
     store->set_on_quarantine([&] { ++called; });
 
@@ -160,14 +177,7 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
     CHECK(fs::exists(path + ".broken"));
 
     // The replacement is empty and works; nothing faults again.
-    CHECK(store->size() == 0);
-    const auto bytes = std::as_bytes(std::span(value));
-    const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
-    REQUIRE(store->write(writes, 1));
-    auto read = store->read("pgo", entry_hash("pgo", "again"));
-    REQUIRE(read);
-    REQUIRE(*read);
-    CHECK((*read)->size() == value.size());
+    check_fresh_store_works(*store, false);
     CHECK(store->quarantines() == 1);
     CHECK(called == 1);
 }
@@ -180,8 +190,6 @@ TEST_CASE("a fault while compacting quarantines the store, which works on",
     TempDir dir;
     const std::string path = (dir.path() / "small.mdb").string();
     auto store = store_of_100(path);
-    const std::string value(3000, 'v');
-    const auto bytes = std::as_bytes(std::span(value));
     int called = 0;
     store->set_on_quarantine([&] { ++called; });
 
@@ -195,13 +203,46 @@ TEST_CASE("a fault while compacting quarantines the store, which works on",
     CHECK_FALSE(fs::exists(path + ".compact"));
 
     // The replacement is empty, takes writes and compacts.
-    CHECK(store->size() == 0);
-    const SmallWrite writes[] = {{"pgo", entry_hash("pgo", "again"), {bytes, {}, {}}, 0}};
-    REQUIRE(store->write(writes, 1));
-    REQUIRE(store->compact());
-    auto read = store->read("pgo", entry_hash("pgo", "again"));
-    REQUIRE(read);
-    REQUIRE(*read);
-    CHECK((*read)->size() == value.size());
+    check_fresh_store_works(*store, true);
+    CHECK(store->quarantines() == 1);
+}
+
+TEST_CASE("a store quarantined while it was compacted keeps its fresh file",
+          "[store][disk][small]") {
+    // A read that faults between compaction's copy and its swap replaces the
+    // store with an empty one (and the disk tier forgets its entries). The
+    // copy is of the old store: renamed over the fresh one, it would bring
+    // back entries that nothing indexes any more.
+    TempDir dir;
+    const std::string path = (dir.path() / "small.mdb").string();
+    auto store = store_of_100(path);
+    int after_copy = 0;
+    store->set_after_copy([&] {
+        ++after_copy;
+        REQUIRE(fs::exists(path + ".compact"));
+        truncate_to_meta_pages(path);
+        auto read = store->read("pgo", entry_hash("pgo", "k7"));
+        REQUIRE_FALSE(read);
+        CHECK(read.error().find("LMDB faulted") != std::string::npos);
+    });
+
+    auto compacted = store->compact();
+    CHECK(after_copy == 1);
+    CHECK_FALSE(compacted);
+    if (!compacted) {
+        CHECK(compacted.error().find("replaced while it was copied") != std::string::npos);
+    }
+    CHECK(store->quarantines() == 1);
+    CHECK(fs::exists(path + ".broken"));
+    CHECK_FALSE(fs::exists(path + ".compact"));
+
+    // The fresh store stays: none of the copied entries is back, and it
+    // works (compaction included).
+    CHECK_FALSE(store->contains("pgo", entry_hash("pgo", "k7")));
+    auto gone = store->read("pgo", entry_hash("pgo", "k8"));
+    REQUIRE(gone);
+    CHECK_FALSE(*gone);
+    store->set_after_copy({});
+    check_fresh_store_works(*store, true);
     CHECK(store->quarantines() == 1);
 }
