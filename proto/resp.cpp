@@ -200,9 +200,14 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
 }
 
 Writer& Writer::line(char type, std::string_view text) {
-    ByteWriter writer(m_out);
-    writer.integer(static_cast<std::uint8_t>(type));
-    writer.text(text).text("\r\n");
+    // One append, not three: every SET's "+OK" comes here.
+    const std::size_t at = m_out.size();
+    m_out.resize(at + 1 + text.size() + 2);
+    auto* out = reinterpret_cast<char*>(m_out.data() + at);
+    out[0] = type;
+    std::copy(text.begin(), text.end(), out + 1);
+    out[1 + text.size()] = '\r';
+    out[2 + text.size()] = '\n';
     return *this;
 }
 
