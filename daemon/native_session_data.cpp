@@ -24,7 +24,7 @@ constexpr std::size_t k_quick_value_max = 16 * 1024;
 // Deferred PUTs are stored once this many wait, or values of this many bytes.
 // The copies are outside daemon.max_inflight_bytes (a connection waits for room
 // in the write queue holding them): keep them near the input buffer every
-// connection holds outside it (InputBuffer::k_base, 16 KiB).
+// connection holds outside it (InputBuffer::k_base, 32 KiB).
 constexpr std::size_t k_max_deferred_puts = 64;
 constexpr std::uint64_t k_max_deferred_bytes = 32 << 10;
 
