@@ -1,4 +1,4 @@
-# Shared by the opt-in torch scripts (tools/e2e-torch, tools/e2e-triton,
+# Shared by the opt-in torch scripts (tools/e2e-torch, tools/e2e-triton, tools/e2e-gpu,
 # tests/bench/kernel-cache-bench); source it from the repository root.
 #
 #   PT2CACHED / PT2CACHE_CLI      binaries (default: tools/build, then build/...)
