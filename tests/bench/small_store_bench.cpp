@@ -13,6 +13,9 @@
 //       under redis-benchmark -r N SETs of 1 KiB: 300 transactions, each of
 //       the distinct keys among 2000 drawn from N (about one window's SETs
 //       at 16 clients); the writing thread's CPU time per entry.
+//   small_store_bench compact [N=200000] [DIR]  N 200-byte entries and N/10
+//       of 12 KiB (overflow pages) in a small.mdb, every other one erased,
+//       then three compactions: the time of each and the file's size.
 //   small_store_bench fill N DIR  only writes those N entries, into
 //       DIR/cache/small.mdb, and keeps DIR (tests/bench/daemon-startup-bench
 //       then times whole daemons on it).
@@ -142,6 +145,67 @@ int fill(std::size_t count, const fs::path& root) {
     return 0;
 }
 
+// N 200-byte entries and N/10 of 12 KiB, then every other one erased; times
+// three compactions of what is left.
+int compact(std::size_t count, const fs::path& base) {
+    const fs::path root = base / "cache";
+    fs::create_directories(root);
+    const std::string path = (root / "small.mdb").string();
+    bool recovered = false;
+    auto store = SmallStore::open(path, 64ULL << 30, recovered);
+    if (!store) {
+        std::fprintf(stderr, "%s\n", store.error().c_str());
+        return 1;
+    }
+    std::vector<SmallKeyRef> erased;
+    std::vector<std::string> keys;
+    keys.reserve(count + count / 10);
+    constexpr std::size_t k_batch = 10'000;
+    for (std::size_t start = 0; start < count + count / 10; start += k_batch) {
+        std::vector<std::vector<std::byte>> encoded;
+        std::vector<SmallWrite> writes;
+        for (std::size_t i = start; i < std::min(count + count / 10, start + k_batch); ++i) {
+            keys.push_back(fmt::format("key-{}", i));
+            Entry entry = entry_of(i);
+            if (i >= count) {
+                entry.value = Blob::copy_of(std::string(12 << 10, 'v'));
+            }
+            encoded.push_back(encode("autotune", keys.back(), entry, 1ULL << 40, 1));
+        }
+        for (std::size_t i = start; i < start + encoded.size(); ++i) {
+            writes.push_back(SmallWrite{"autotune",
+                                        entry_hash("autotune", keys[i]),
+                                        {std::span<const std::byte>(encoded[i - start]), {}, {}},
+                                        0});
+        }
+        if (auto written = (*store)->write(writes, 1'700'000'000'000); !written) {
+            std::fprintf(stderr, "%s\n", written.error().message.c_str());
+            return 1;
+        }
+    }
+    for (std::size_t i = 0; i < keys.size(); i += 2) {
+        erased.push_back(SmallKeyRef{"autotune", entry_hash("autotune", keys[i])});
+    }
+    if (auto done = (*store)->erase(erased); !done) {
+        std::fprintf(stderr, "%s\n", done.error().c_str());
+        return 1;
+    }
+    fmt::print("{} entries of 200 B and {} of 12 KiB, every other one erased: small.mdb {:.1f} "
+               "MiB\n",
+               count, count / 10, static_cast<double>(fs::file_size(path)) / 1048576.0);
+    for (int run = 0; run < 3; ++run) {
+        const auto started = Clock::now();
+        if (auto done = (*store)->compact(); !done) {
+            std::fprintf(stderr, "%s\n", done.error().c_str());
+            return 1;
+        }
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+        fmt::print("compaction {}: {:.0f} ms, small.mdb {:.1f} MiB, {} entries\n", run + 1, ms,
+                   static_cast<double>(fs::file_size(path)) / 1048576.0, (*store)->size());
+    }
+    return 0;
+}
+
 double thread_cpu_seconds() {
     timespec now{};
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
@@ -227,15 +291,16 @@ int startup(std::size_t count, const fs::path& base) {
 int main(int argc, char** argv) {
     logger().set_level(spdlog::level::warn);
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode != "inodes" && mode != "startup" && mode != "overwrite" &&
+    if (mode != "inodes" && mode != "startup" && mode != "overwrite" && mode != "compact" &&
         !(mode == "fill" && argc == 4)) {
-        std::fprintf(stderr, "usage: small_store_bench inodes|startup|overwrite [N] [DIR]\n"
+        std::fprintf(stderr, "usage: small_store_bench inodes|startup|overwrite|compact [N] [DIR]\n"
                              "       small_store_bench fill N DIR\n");
         return 2;
     }
     const std::size_t count = argc > 2              ? std::stoul(argv[2])
                               : mode == "inodes"    ? 100'000
                               : mode == "overwrite" ? 1000
+                              : mode == "compact"   ? 200'000
                                                     : 1'000'000;
     const char* tmp = std::getenv("TMPDIR");
     const fs::path base = argc > 3 ? fs::path(argv[3])
@@ -247,6 +312,7 @@ int main(int argc, char** argv) {
     }
     const int rc = mode == "inodes"      ? inodes(count, base)
                    : mode == "overwrite" ? overwrite(count, base)
+                   : mode == "compact"   ? compact(count, base)
                                          : startup(count, base);
     fs::remove_all(base);
     return rc;

@@ -4,13 +4,16 @@
 pt2cached: the daemon must survive every one (docs/architecture.md, "A broken
 small.mdb"). Opt-in, not part of tools/test: a few minutes.
 
-    .venv/redis8/bin/python tests/fuzz/corrupt_small_mdb.py [--copies 40] [--flips 20]
+    .venv/redis8/bin/python tests/fuzz/corrupt_small_mdb.py [--copies 40] [--flips 20] \
+        [--erase-half]
 
 It fills one cache (sync writes, seeded values: the same file every run),
 then for each copy flips --flips random bytes past the two meta pages,
 starts the daemon on it, GETs every key, SETs some, and stops it. A copy
 whose daemon dies is kept under /tmp for inspection and counted. Exit status 1
-when any died. PT2CACHED names the daemon (default build/daemon/pt2cached).
+when any died. --erase-half deletes every other key before the copies are
+made: the file is then mostly free pages, and each daemon compacts its copy
+as it starts (the copy walks the corrupt trees). PT2CACHED names the daemon (default build/daemon/pt2cached).
 """
 from __future__ import annotations
 
@@ -32,8 +35,9 @@ from pt2harness import Daemon, TempDir  # noqa: E402  (needs PT2CACHED set first
 KEYS = 5000
 
 
-def fill(root: Path) -> Path:
-    """A cache of KEYS seeded small entries; its directory."""
+def fill(root: Path, erase_half: bool) -> Path:
+    """A cache of KEYS seeded small entries (the odd ones only, when
+    `erase_half`); its directory."""
     daemon = Daemon(root, "--set", "disk.write_mode=sync").start()
     client = redis.Redis(unix_socket_path=str(daemon.socket))
     values = random.Random(1)
@@ -41,6 +45,8 @@ def fill(root: Path) -> Path:
     for i in range(KEYS):
         pipe.set(f"key{i}", values.randbytes(values.randint(100, 3000)))
     pipe.execute()
+    if erase_half:
+        client.delete(*(f"key{i}" for i in range(0, KEYS, 2)))
     daemon.stop()
     return daemon.cache_dir
 
@@ -70,9 +76,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=40)
     parser.add_argument("--flips", type=int, default=20, help="bytes flipped per copy")
+    parser.add_argument("--erase-half", action="store_true",
+                        help="delete every other key first: each daemon compacts its copy")
     args = parser.parse_args()
     base = TempDir("p2c-base-")
-    cache = fill(base.path)
+    cache = fill(base.path, args.erase_half)
     size = (cache / "small.mdb").stat().st_size
     print(f"small.mdb: {size} bytes, {KEYS} entries")
     died = 0
@@ -87,12 +95,19 @@ def main() -> int:
                 f.write(bytes([flips.randrange(256)]))
         alive, hits, error = serve(daemon)
         broken = (daemon.cache_dir / "small.mdb.broken").exists()
+        compacted = (not broken and (daemon.cache_dir / "small.mdb").exists()
+                     and (daemon.cache_dir / "small.mdb").stat().st_size < size)
+        # Why a copy was not compacted: the daemon's warning, its path left out.
+        why_not = [line.split(": ", 2)[-1] for line in daemon.log().splitlines()
+                   if "cannot compact" in line]
         if alive:
             root.cleanup()
         else:
             died += 1
-        print(f"copy {copy}: {'served' if alive else 'DIED'}, {hits} hits,"
-              f" {'quarantined' if broken else 'kept'}"
+        state = "quarantined" if broken else "compacted" if compacted else "kept"
+        if why_not:
+            state += f" (cannot compact: {why_not[0][-80:]})"
+        print(f"copy {copy}: {'served' if alive else 'DIED'}, {hits} hits, {state}"
               f"{'' if alive else f' ({error}; kept in {root.path})'}")
     base.cleanup()
     print(f"{died} of {args.copies} copies killed the daemon")

@@ -116,8 +116,10 @@ public:
     std::uint64_t used_bytes() const { return m_used_bytes.load(std::memory_order_relaxed); }
     std::uint64_t file_bytes() const { return m_file_bytes.load(std::memory_order_relaxed); }
 
-    // Copies the live pages into a fresh file that replaces the store.
-    // Writers wait meanwhile; readers only for the swap.
+    // Copies the entries into a fresh file that replaces the store (a
+    // cursor walk of each tree appending to the copy: full pages, no free
+    // ones). Writers wait meanwhile; readers only for the swap. A fault in
+    // the walk quarantines the store (set_on_quarantine).
     tl::expected<void, std::string> compact();
 
     // A store whose pages made LMDB fault (fault_guard.hpp) is quarantined:
@@ -126,6 +128,10 @@ public:
     // with no lock of this class held). How many times that happened.
     void set_on_quarantine(std::function<void()> on_quarantine);
     std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
+    // Runs once in compact()'s copy, after its first entry, inside the
+    // guarded read of the store: a test changes the file there, as another
+    // process could. Set before use.
+    void set_during_copy(std::function<void()> during_copy);
     // Runs in compact() between the copy and the swap, with no lock of this
     // class held: a test quarantines the store there (compaction then drops
     // its copy of the store that was replaced). Set before use.
@@ -146,13 +152,17 @@ private:
     tl::expected<void, std::string> in_txn(bool read_only, const TxnBody& body,
                                            int* rc_out = nullptr);
     SmallStore(std::string path, std::uint64_t map_size);
+    // A created, unopened environment with this store's settings.
+    tl::expected<std::unique_ptr<Env>, std::string> new_env() const;
     tl::expected<void, std::string> open_env(bool& refused);
     // open_env's part that reads the file's pages.
     tl::expected<void, std::string> open_databases_locked(Env& env, bool& refused);
-    // Reads every page of the trees compaction copies (a byte of each page,
-    // overflow pages included), in one guarded read transaction on this
-    // thread; `walked` is the environment read. A fault quarantines the store.
-    tl::expected<void, std::string> read_every_page(const Env*& walked);
+    // Compaction's copy: a new environment at `path` (replacing any file
+    // there), without a lock file, unsynced until compact() syncs it.
+    tl::expected<std::unique_ptr<Env>, std::string> create_copy(const std::string& path);
+    // Appends every record of `source`'s trees, read in `read`, to `copy`,
+    // committing every k_copy_batch_bytes; 0 or an LMDB code.
+    int copy_trees(Env& source, MDB_txn* read, Env& copy);
     // Replaces `faulted` (unless another thread already did) by a fresh store.
     void quarantine(const Env* faulted);
     void close_env_locked();
@@ -173,6 +183,7 @@ private:
     std::atomic<std::uint64_t> m_file_bytes{0};
     std::atomic<std::uint64_t> m_quarantines{0};
     std::function<void()> m_on_quarantine; // set before use
+    std::function<void()> m_during_copy;   // set before use
     std::function<void()> m_after_copy;    // set before use
 };
 

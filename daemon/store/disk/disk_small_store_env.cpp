@@ -5,8 +5,10 @@
 #include <cstring>
 #include <lmdb.h>
 #include <mutex>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "daemon/store/disk/disk_small_lmdb.hpp"
@@ -21,6 +23,21 @@
 namespace pt2cache::daemon::store {
 
 using namespace small_lmdb;
+
+namespace {
+
+// What compaction copies between two commits of its copy: far below LMDB's
+// bound on one write transaction's dirty pages (MDB_IDL_UM_MAX: 131,072).
+constexpr std::size_t k_copy_batch_bytes = std::size_t{16} << 20U;
+
+// LMDB's assertions (a corrupt tree can fail them) end the guarded call
+// instead of aborting the daemon: the store is then quarantined.
+void leave_on_assert(MDB_env* /*env*/, const char* message) {
+    logger().error("LMDB: {}", message);
+    leave_guarded();
+}
+
+} // namespace
 
 void small_lmdb::keep_abandoned(const void* what) {
     static std::mutex mutex;
@@ -69,6 +86,10 @@ void SmallStore::set_on_quarantine(std::function<void()> on_quarantine) {
     m_on_quarantine = std::move(on_quarantine);
 }
 
+void SmallStore::set_during_copy(std::function<void()> during_copy) {
+    m_during_copy = std::move(during_copy);
+}
+
 void SmallStore::set_after_copy(std::function<void()> after_copy) {
     m_after_copy = std::move(after_copy);
 }
@@ -111,24 +132,27 @@ void SmallStore::close_env_locked() {
     m_env.reset();
 }
 
-tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
-    refused = false;
+tl::expected<std::unique_ptr<SmallStore::Env>, std::string> SmallStore::new_env() const {
     auto env = std::make_unique<Env>();
-    int rc = mdb_env_create(&env->env);
-    if (rc != 0) {
+    if (const int rc = mdb_env_create(&env->env); rc != 0) {
         env->env = nullptr;
         return tl::make_unexpected(fmt::format("mdb_env_create: {}", mdb_text(rc)));
     }
-    // LMDB's assertions (a corrupt tree can fail them) end the guarded call
-    // instead of aborting the daemon: the store is then quarantined.
-    mdb_env_set_assert(env->env, [](MDB_env*, const char* message) {
-        logger().error("LMDB: {}", message);
-        leave_guarded();
-    });
+    mdb_env_set_assert(env->env, leave_on_assert);
     mdb_env_set_maxdbs(env->env, 4);
-    mdb_env_set_maxreaders(env->env, k_max_readers);
     mdb_env_set_mapsize(env->env, m_map_size.load());
-    rc = mdb_env_open(env->env, m_path.c_str(), k_env_flags, 0600);
+    return env;
+}
+
+tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
+    refused = false;
+    auto created = new_env();
+    if (!created) {
+        return tl::make_unexpected(created.error());
+    }
+    auto env = std::move(*created);
+    mdb_env_set_maxreaders(env->env, k_max_readers);
+    int rc = mdb_env_open(env->env, m_path.c_str(), k_env_flags, 0600);
     if (rc != 0) {
         refused = is_refusal(rc);
         return tl::make_unexpected(fmt::format("cannot open {}: {}", m_path, mdb_text(rc)));
@@ -257,74 +281,107 @@ void SmallStore::grow_map() {
     }
 }
 
-tl::expected<void, std::string> SmallStore::read_every_page(const Env*& walked) {
-    return in_txn(true, [&](Env& env, MDB_txn* txn) {
-        walked = &env;
-        const std::size_t page = env.page_size;
-        for (const MDB_dbi dbi : {env.entries, env.meta, env.info}) {
-            int rc = 0;
-            Cursor cursor(txn, dbi, rc);
-            MDB_val key{};
-            MDB_val value{};
-            for (rc = rc != 0 ? rc : mdb_cursor_get(cursor.get(), &key, &value, MDB_FIRST); rc == 0;
-                 rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_NEXT)) {
-                // The cursor read the branch and leaf pages; a value of its
-                // own overflow pages is read a byte a page, and its last.
-                const auto* bytes = static_cast<const volatile unsigned char*>(value.mv_data);
-                for (std::size_t at = 0; at < value.mv_size; at += page) {
-                    (void)bytes[at];
-                }
-                if (value.mv_size != 0) {
-                    (void)bytes[value.mv_size - 1];
-                }
+tl::expected<std::unique_ptr<SmallStore::Env>, std::string>
+SmallStore::create_copy(const std::string& path) {
+    ::unlink(path.c_str());
+    auto copy = new_env();
+    if (!copy) {
+        return copy;
+    }
+    // Compaction's thread is its only user (no lock file), and syncs it once.
+    const int rc =
+        mdb_env_open((*copy)->env, path.c_str(), MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0600);
+    if (rc != 0) {
+        return tl::make_unexpected(fmt::format("cannot create {}: {}", path, mdb_text(rc)));
+    }
+    return copy;
+}
+
+int SmallStore::copy_trees(Env& source, MDB_txn* read, Env& copy) {
+    int rc = 0;
+    std::optional<Txn> txn;
+    txn.emplace(copy.env, false, rc);
+    if (rc != 0) {
+        return rc;
+    }
+    for (const auto& [name, dbi] : {std::pair{"entries", &copy.entries},
+                                    std::pair{"meta", &copy.meta}, std::pair{"info", &copy.info}}) {
+        if (rc = mdb_dbi_open(txn->get(), name, MDB_CREATE, dbi); rc != 0) {
+            return rc;
+        }
+    }
+    std::size_t batch = 0;
+    for (const auto& [from, to] :
+         {std::pair{source.entries, copy.entries}, std::pair{source.meta, copy.meta},
+          std::pair{source.info, copy.info}}) {
+        Cursor cursor(read, from, rc);
+        MDB_val key{};
+        MDB_val value{};
+        for (rc = rc != 0 ? rc : mdb_cursor_get(cursor.get(), &key, &value, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_NEXT)) {
+            // In key order: each key goes after the last, into full pages.
+            if (rc = mdb_put(txn->get(), to, &key, &value, MDB_APPEND); rc != 0) {
+                return rc == MDB_KEYEXIST ? MDB_CORRUPTED : rc; // keys out of order
             }
-            if (rc != MDB_NOTFOUND) {
-                return rc;
+            if (m_during_copy) {
+                std::exchange(m_during_copy, {})();
+            }
+            batch += key.mv_size + value.mv_size;
+            if (batch >= k_copy_batch_bytes) {
+                if (rc = txn->commit(); rc != 0) {
+                    return rc;
+                }
+                txn.emplace(copy.env, false, rc);
+                if (rc != 0) {
+                    return rc;
+                }
+                batch = 0;
             }
         }
-        return 0;
-    });
+        if (rc != MDB_NOTFOUND) {
+            return rc;
+        }
+    }
+    return txn->commit();
 }
 
 tl::expected<void, std::string> SmallStore::compact() {
     std::lock_guard write_lock(m_write_mutex);
-    const std::string copy = m_path + ".compact";
-    // mdb_env_copy2 walks the trees with a thread of LMDB's own. A fault in
-    // that walk jumps out of this frame and leaves the thread waiting on
-    // state in it, to wake on whatever later overwrites the stack (a heap
-    // corruption seen in a test). So this thread reads every page the copy
-    // will read first: a truncated or corrupt file faults here, with no copy
-    // thread started. The writes wait meanwhile, so the copy reads the same
-    // tree; only a file changed by another process in between can still
-    // fault inside the copy.
-    const Env* copied = nullptr;
-    if (auto read = read_every_page(copied); !read) {
-        return read;
+    const std::string copy_path = m_path + ".compact";
+    auto copy = create_copy(copy_path);
+    if (!copy) {
+        ::unlink(copy_path.c_str());
+        return tl::make_unexpected(copy.error());
     }
-    {
-        std::shared_lock lock(m_env_mutex);
-        if (!m_env) {
-            return tl::make_unexpected("the small-entry store is closed");
+    // The copy walks each tree with a cursor on this thread, in one guarded
+    // read transaction (writes wait until it is done, reads go on), and
+    // appends what it reads to the copy. A truncated or corrupt file, also
+    // one another process changes during the copy, faults inside the guard:
+    // the store is quarantined, as after any fault. (LMDB's own mdb_env_copy2
+    // walks with a thread of its own, which a fault in the walk would leave
+    // waiting on a stack frame the guard jumped out of.)
+    const Env* copied = nullptr;
+    int rc = 0;
+    auto walked = in_txn(
+        true,
+        [&](Env& env, MDB_txn* txn) {
+            copied = &env;
+            return copy_trees(env, txn, **copy);
+        },
+        &rc);
+    if (walked) {
+        if (rc = mdb_env_sync((*copy)->env, 1); rc != 0) {
+            walked = tl::make_unexpected(fmt::format("sync {}: {}", copy_path, mdb_text(rc)));
         }
-        if (m_env.get() != copied) {
-            return tl::make_unexpected("the store was replaced while it was read");
-        }
-        ::unlink(copy.c_str());
-        int rc = 0;
-        auto copy_pages = [&] { rc = mdb_env_copy2(m_env->env, copy.c_str(), MDB_CP_COMPACT); };
-        if (!run_guarded(copy_pages)) {
-            // The file changed under us since it read cleanly: LMDB's copy
-            // thread is left waiting (see above).
-            ::unlink(copy.c_str());
-            const Env* faulted = m_env.get();
-            lock.unlock();
-            quarantine(faulted);
-            return tl::make_unexpected("LMDB faulted on its pages: the file is corrupt");
-        }
-        if (rc != 0) {
-            ::unlink(copy.c_str());
-            return tl::make_unexpected(fmt::format("mdb_env_copy2: {}", mdb_text(rc)));
-        }
+    }
+    if (!walked && rc == k_fault) {
+        // Interrupted inside a write transaction of the copy: never closed.
+        keep_abandoned(copy->release());
+    }
+    copy->reset();
+    if (!walked) {
+        ::unlink(copy_path.c_str());
+        return walked;
     }
     if (m_after_copy) {
         m_after_copy();
@@ -332,18 +389,19 @@ tl::expected<void, std::string> SmallStore::compact() {
     std::unique_lock lock(m_env_mutex);
     if (m_env.get() != copied) {
         // Quarantined meanwhile (a read faulted): the copy is of the old one.
-        ::unlink(copy.c_str());
+        ::unlink(copy_path.c_str());
         return tl::make_unexpected("the store was replaced while it was copied");
     }
     close_env_locked();
-    if (::rename(copy.c_str(), m_path.c_str()) != 0) {
+    if (::rename(copy_path.c_str(), m_path.c_str()) != 0) {
         const int error = errno;
-        ::unlink(copy.c_str());
+        ::unlink(copy_path.c_str());
         bool refused = false;
         if (auto reopened = open_env(refused); !reopened) {
             return reopened;
         }
-        return tl::make_unexpected(fmt::format("cannot rename {}: {}", copy, errno_text(error)));
+        return tl::make_unexpected(
+            fmt::format("cannot rename {}: {}", copy_path, errno_text(error)));
     }
     bool refused = false;
     return open_env(refused);

@@ -184,17 +184,34 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
 
 TEST_CASE("a fault while compacting quarantines the store, which works on",
           "[store][disk][small]") {
-    // Compaction reads every page before mdb_env_copy2 starts its copy
-    // thread (see SmallStore::compact); on a truncated file that read
-    // faults, and the store is replaced as after any fault.
+    // Compaction's copy reads the trees on its own thread, guarded (see
+    // SmallStore::compact): on a file truncated before it starts, or by
+    // another process in the middle of the copy, its next read faults, and
+    // the store is replaced as after any fault; the partial copy is removed.
     TempDir dir;
     const std::string path = (dir.path() / "small.mdb").string();
     auto store = store_of_100(path);
     int called = 0;
     store->set_on_quarantine([&] { ++called; });
+    bool mid_copy = false;
+    int during = 0;
+    std::uintmax_t size_during = 0;
+    SECTION("truncated before the copy") {
+        truncate_to_meta_pages(path);
+    }
+    SECTION("truncated after the copy's first entry") {
+        mid_copy = true;
+        store->set_during_copy([&] {
+            // No REQUIRE here: this runs inside the guarded walk.
+            ++during;
+            size_during = fs::file_size(path);
+            fs::resize_file(path, 2 * 4096);
+        });
+    }
 
-    truncate_to_meta_pages(path);
     auto compacted = store->compact();
+    CHECK(during == (mid_copy ? 1 : 0));
+    CHECK((!mid_copy || size_during > 8 * 4096));
     REQUIRE_FALSE(compacted);
     CHECK(compacted.error().find("LMDB faulted") != std::string::npos);
     CHECK(store->quarantines() == 1);
@@ -203,6 +220,7 @@ TEST_CASE("a fault while compacting quarantines the store, which works on",
     CHECK_FALSE(fs::exists(path + ".compact"));
 
     // The replacement is empty, takes writes and compacts.
+    store->set_during_copy({});
     check_fresh_store_works(*store, true);
     CHECK(store->quarantines() == 1);
 }
