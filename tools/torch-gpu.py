@@ -1,5 +1,5 @@
-"""One torch.compile of a small transformer block on a CUDA GPU, forward and
-backward, then one hand-written Triton kernel. Prints one JSON line:
+"""One torch.compile of two small transformer blocks on a CUDA GPU, forward
+and backward, then one hand-written Triton kernel. Prints one JSON line:
 
   {"compile_s": s, "triton_first_call_s": s, "counters": {group: {name: n}},
    "routed": [...], "torch": version, "triton": version, "device": name}

@@ -13,7 +13,8 @@ starts the daemon on it, GETs every key, SETs some, and stops it. A copy
 whose daemon dies is kept under /tmp for inspection and counted. Exit status 1
 when any died. --erase-half deletes every other key before the copies are
 made: the file is then mostly free pages, and each daemon compacts its copy
-as it starts (the copy walks the corrupt trees). PT2CACHED names the daemon (default build/daemon/pt2cached).
+as it starts (the copy walks the corrupt trees). PT2CACHED names the daemon
+(default build/daemon/pt2cached).
 """
 from __future__ import annotations
 

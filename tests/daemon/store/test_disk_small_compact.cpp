@@ -38,11 +38,10 @@ TEST_CASE("compaction keeps every entry and its bytes, and frees the erased ones
     };
     for (int start = 0; start < k_count; start += 1000) {
         std::vector<std::string> values;
+        values.reserve(1000); // the writes point into them
         std::vector<SmallWrite> writes;
         for (int i = start; i < start + 1000; ++i) {
             values.push_back(value_of(i));
-        }
-        for (int i = start; i < start + 1000; ++i) {
             writes.push_back({"pgo",
                               entry_hash("pgo", key_of(i)),
                               {std::as_bytes(std::span(values[i - start])), {}, {}},
@@ -50,13 +49,9 @@ TEST_CASE("compaction keeps every entry and its bytes, and frees the erased ones
         }
         REQUIRE(store.write(writes, 1));
     }
-    std::vector<std::string> erased_keys;
     std::vector<SmallKeyRef> erased;
     for (int i = 1; i < k_count; i += 3) {
-        erased_keys.push_back(key_of(i));
-    }
-    for (const auto& key : erased_keys) {
-        erased.push_back({"pgo", entry_hash("pgo", key)});
+        erased.push_back({"pgo", entry_hash("pgo", key_of(i))});
     }
     REQUIRE(store.erase(erased) == erased.size());
     const auto before = fs::file_size(path);
