@@ -10,6 +10,7 @@
 #include <lmdb.h>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/store/disk/disk_small_store.hpp"
@@ -97,6 +98,12 @@ inline bool is_refusal(int rc) {
            rc == MDB_PAGE_NOTFOUND || rc == MDB_INCOMPATIBLE || rc == MDB_BAD_DBI || rc == EINVAL;
 }
 
+// LMDB's answers that mean the tree it was walking is inconsistent: a page
+// of the wrong kind where a leaf should be, a page number past the end.
+inline bool is_corruption(int rc) {
+    return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND;
+}
+
 // A transaction aborted unless committed.
 class Txn {
 public:
@@ -118,6 +125,11 @@ public:
         const int rc = mdb_txn_commit(m_txn);
         m_txn = nullptr;
         return rc;
+    }
+    void abort() {
+        if (m_txn != nullptr) {
+            mdb_txn_abort(std::exchange(m_txn, nullptr));
+        }
     }
     // Leaves the transaction as it is, never to be used again (a fault
     // interrupted LMDB inside it: aborting could free what it half built).

@@ -68,13 +68,23 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         txn.forget();
         const Env* faulted = m_env.get();
         lock.unlock();
-        quarantine(faulted);
+        quarantine(faulted, true);
         rc = k_fault;
         if (rc_out != nullptr) {
             *rc_out = rc;
         }
         return tl::make_unexpected(
             fmt::format("{}: LMDB faulted on its pages: the file is corrupt", m_path));
+    }
+    if (failed != nullptr && is_corruption(rc)) {
+        // LMDB found its tree inconsistent without faulting: quarantined as
+        // after a fault. Kept, the store could never be compacted again (its
+        // file would stay above max_size), and a write touching the bad page
+        // could copy its sizes into LMDB's own buffers, where no guard helps.
+        txn.abort();
+        const Env* corrupt = m_env.get();
+        lock.unlock();
+        quarantine(corrupt, false);
     }
     if (failed != nullptr) {
         return fail(failed);

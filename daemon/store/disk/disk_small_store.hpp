@@ -119,13 +119,16 @@ public:
     // Copies the entries into a fresh file that replaces the store (a
     // cursor walk of each tree appending to the copy: full pages, no free
     // ones). Writers wait meanwhile; readers only for the swap. A fault in
-    // the walk quarantines the store (set_on_quarantine).
+    // the walk, or a tree it finds inconsistent, quarantines the store
+    // (set_on_quarantine).
     tl::expected<void, std::string> compact();
 
-    // A store whose pages made LMDB fault (fault_guard.hpp) is quarantined:
-    // the operation fails, the file moves to `<path>.broken`, a fresh empty
-    // store replaces it, and `on_quarantine` runs (on the faulting thread,
-    // with no lock of this class held). How many times that happened.
+    // A store whose pages made LMDB fault (fault_guard.hpp), or whose tree
+    // LMDB reported inconsistent (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), is
+    // quarantined: the operation fails, the file moves to `<path>.broken`, a
+    // fresh empty store replaces it, and `on_quarantine` runs (on the thread
+    // that found it, with no lock of this class held). How many times that
+    // happened.
     void set_on_quarantine(std::function<void()> on_quarantine);
     std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
     // Runs once in compact()'s copy, after its first entry, inside the
@@ -148,7 +151,9 @@ private:
     // commits when `body` returns 0, then the usage is re-measured. Fails when
     // the store is closed or LMDB fails; `rc_out` receives LMDB's code. A
     // memory fault fails it too (rc k_fault) and quarantines the store: the
-    // body may own nothing a jump out of it would have to release.
+    // body may own nothing a jump out of it would have to release. A body
+    // or commit failing with a corruption code (is_corruption) quarantines
+    // it as well, after the transaction is aborted.
     tl::expected<void, std::string> in_txn(bool read_only, const TxnBody& body,
                                            int* rc_out = nullptr);
     SmallStore(std::string path, std::uint64_t map_size);
@@ -163,8 +168,9 @@ private:
     // Appends every record of `source`'s trees, read in `read`, to `copy`,
     // committing every k_copy_batch_bytes; 0 or an LMDB code.
     int copy_trees(Env& source, MDB_txn* read, Env& copy);
-    // Replaces `faulted` (unless another thread already did) by a fresh store.
-    void quarantine(const Env* faulted);
+    // Replaces `broken` (unless another thread already did) by a fresh
+    // store; `faulted`: LMDB was interrupted in it (it is never closed).
+    void quarantine(const Env* broken, bool faulted);
     void close_env_locked();
     // Re-measures used and file bytes (caller holds the env lock, shared).
     void refresh_usage_locked();

@@ -94,18 +94,24 @@ void SmallStore::set_after_copy(std::function<void()> after_copy) {
     m_after_copy = std::move(after_copy);
 }
 
-void SmallStore::quarantine(const Env* faulted) {
+void SmallStore::quarantine(const Env* broken, bool faulted) {
     {
         std::unique_lock lock(m_env_mutex);
-        if (m_env.get() != faulted || faulted == nullptr) {
+        if (m_env.get() != broken || broken == nullptr) {
             return; // another thread replaced it already
         }
-        // LMDB was interrupted inside a transaction: the environment is
-        // never used or closed again (its memory and mapping stay).
-        keep_abandoned(m_env.release());
-        logger().error("small-entry store {} is corrupt (LMDB faulted on its pages): moved "
-                       "to {}.broken, starting a fresh one",
-                       m_path, m_path);
+        if (faulted) {
+            // LMDB was interrupted inside a transaction: the environment is
+            // never used or closed again (its memory and mapping stay).
+            keep_abandoned(m_env.release());
+        } else {
+            close_env_locked(); // no transaction is left open on it
+        }
+        logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
+                       "fresh one",
+                       m_path,
+                       faulted ? "LMDB faulted on its pages" : "LMDB found its tree inconsistent",
+                       m_path);
         ::rename(m_path.c_str(), (m_path + ".broken").c_str());
         ::unlink((m_path + "-lock").c_str());
         bool refused = false;
@@ -321,7 +327,9 @@ int SmallStore::copy_trees(Env& source, MDB_txn* read, Env& copy) {
              rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_NEXT)) {
             // In key order: each key goes after the last, into full pages.
             if (rc = mdb_put(txn->get(), to, &key, &value, MDB_APPEND); rc != 0) {
-                return rc == MDB_KEYEXIST ? MDB_CORRUPTED : rc; // keys out of order
+                // Keys out of order, or of a size no key of the store has.
+                const bool bad_source = rc == MDB_KEYEXIST || rc == MDB_BAD_VALSIZE;
+                return bad_source ? MDB_CORRUPTED : rc;
             }
             if (m_during_copy) {
                 std::exchange(m_during_copy, {})();

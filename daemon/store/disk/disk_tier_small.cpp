@@ -195,8 +195,9 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
     const std::uint64_t quarantines = m_small->quarantines();
     auto bytes = m_small->read(ns, id);
     if (!bytes && m_small->quarantines() != quarantines) {
-        // LMDB faulted on a corrupt store, now replaced by an empty one: the
-        // entry went with it, a corrupt entry like any other.
+        // LMDB faulted on a corrupt store, or reported it corrupt, and it was
+        // replaced by an empty one: the entry went with it, a corrupt entry
+        // like any other.
         m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);
         return std::nullopt;
     }
@@ -286,7 +287,7 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
         }
     });
     if (!loaded && m_small->quarantines() != quarantines) {
-        scanned.resize(before); // a fault: the store was replaced (and counted) already
+        scanned.resize(before); // quarantined: replaced (and counted) already
     } else if (!loaded) {
         logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
                        "fresh one",

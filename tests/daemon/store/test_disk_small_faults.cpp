@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: MIT
 // A small.mdb whose pages make LMDB fault (SIGBUS past the end of a file that
-// was truncated under the daemon; SIGSEGV on a corrupt page) fails the
-// operation, is moved aside and replaced by a fresh store: the daemon lives
-// on (daemon/store/disk/fault_guard.hpp).
+// was truncated under the daemon; SIGSEGV on a corrupt page), or whose tree
+// LMDB reports inconsistent, fails the operation, is moved aside and replaced
+// by a fresh store: the daemon lives on (daemon/store/disk/fault_guard.hpp).
+#include <array>
 #include <csignal>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/disk_small_lmdb.hpp"
 #include "daemon/store/disk/disk_small_store.hpp"
 #include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/disk/fault_guard.hpp"
@@ -70,6 +77,61 @@ void check_fresh_store_works(SmallStore& store, bool compact) {
     REQUIRE(read);
     REQUIRE(*read);
     CHECK((*read)->size() == value.size());
+}
+
+enum class Damage {
+    not_a_leaf,   // marked an overflow page: a search reaching it finds no leaf
+    keys_swapped, // its first two nodes swapped: keys out of order
+};
+
+// Damages each leaf page of the file that holds the key `needle`. LMDB's page
+// header: page number (8 bytes), pad (2), flags (2), lower and upper bounds
+// of its free space (2 + 2), then the nodes' offsets; a node: data size (4),
+// flags (2), key size (2), key. LMDB answers MDB_CORRUPTED on such a page
+// (reads; an assertion fails in a cursor's walk onto a page that is no
+// leaf), it does not fault. How many pages it damaged (a page's free space
+// is left as LMDB found it, so only keys in nodes count).
+int damage_leaves_holding(const fs::path& path, std::string_view needle, Damage damage) {
+    constexpr std::size_t page = 4096;
+    constexpr std::uint16_t leaf = 0x02;
+    constexpr std::uint16_t overflow = 0x04;
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    REQUIRE(file);
+    const std::vector<char> bytes{std::istreambuf_iterator<char>(file), {}};
+    const auto u16 = [&](std::size_t at) {
+        std::uint16_t value = 0;
+        std::memcpy(&value, &bytes[at], sizeof value);
+        return value;
+    };
+    int marked = 0;
+    for (std::size_t at = 0; at + page <= bytes.size(); at += page) {
+        std::uint64_t number = 0;
+        std::memcpy(&number, &bytes[at], sizeof number);
+        if (number != at / page || u16(at + 10) != leaf || u16(at + 12) > page) {
+            continue;
+        }
+        bool holds = false;
+        for (std::size_t slot = at + 16; slot + 2 <= at + u16(at + 12); slot += 2) {
+            const std::size_t node = at + u16(slot);
+            const std::size_t key_size = u16(node + 6);
+            holds = holds || (node + 8 + key_size <= at + page &&
+                              std::string_view(&bytes[node + 8], key_size) == needle);
+        }
+        if (holds && damage == Damage::not_a_leaf) {
+            file.seekp(static_cast<std::streamoff>(at + 10));
+            file.write(reinterpret_cast<const char*>(&overflow), sizeof overflow);
+            ++marked;
+        } else if (holds && u16(at + 12) >= 20) {
+            const std::array<char, 4> swapped = {bytes[at + 18], bytes[at + 19], bytes[at + 16],
+                                                 bytes[at + 17]};
+            file.seekp(static_cast<std::streamoff>(at + 16));
+            file.write(swapped.data(), swapped.size());
+            ++marked;
+        }
+    }
+    file.flush();
+    REQUIRE(file);
+    return marked;
 }
 
 } // namespace
@@ -263,4 +325,95 @@ TEST_CASE("a store quarantined while it was compacted keeps its fresh file",
     store->set_after_copy({});
     check_fresh_store_works(*store, true);
     CHECK(store->quarantines() == 1);
+}
+
+TEST_CASE("a store LMDB reports corrupt is quarantined as if it had faulted",
+          "[store][disk][small]") {
+    // Kept, such a store could not be compacted (its file would stay above
+    // max_size), and a write reaching the bad page could copy its sizes into
+    // LMDB's buffers. 400 entries of 100 bytes, written in one transaction,
+    // fill many leaves; the two holding k200 (one per tree) are damaged.
+    TempDir dir;
+    const std::string path = (dir.path() / "small.mdb").string();
+    bool recovered = false;
+    auto opened = SmallStore::open(path, 64ULL << 20, recovered);
+    REQUIRE(opened);
+    auto& store = **opened;
+    const std::string value(100, 'v');
+    const auto bytes = std::as_bytes(std::span(value));
+    std::vector<SmallWrite> writes;
+    for (int i = 0; i < 400; ++i) {
+        writes.push_back({"pgo", entry_hash("pgo", fmt::format("k{}", i)), {bytes, {}, {}}, 0});
+    }
+    REQUIRE(store.write(writes, 1));
+    int called = 0;
+    store.set_on_quarantine([&] { ++called; });
+    const auto hash = entry_hash("pgo", "k200");
+    const std::string needle = small_lmdb::make_key("pgo", hash);
+
+    std::string error;
+    SECTION("a read") {
+        REQUIRE(damage_leaves_holding(path, needle, Damage::not_a_leaf) == 2);
+        // Keys on the other leaves still read, and nothing is quarantined.
+        int read_fine = 0;
+        for (int i = 0; i < 400 && read_fine < 20; ++i) {
+            auto other = store.read("pgo", entry_hash("pgo", fmt::format("k{}", i)));
+            read_fine += other && *other ? 1 : 0;
+        }
+        CHECK(read_fine == 20);
+        CHECK(store.quarantines() == 0);
+        auto read = store.read("pgo", hash);
+        REQUIRE_FALSE(read);
+        error = read.error();
+    }
+    SECTION("a write") {
+        REQUIRE(damage_leaves_holding(path, needle, Damage::not_a_leaf) == 2);
+        const SmallWrite again[] = {{"pgo", hash, {bytes, {}, {}}, 0}};
+        auto written = store.write(again, 2);
+        REQUIRE_FALSE(written);
+        error = written.error().message;
+    }
+    SECTION("compaction") {
+        // (Its cursor on a page that is no leaf fails an assertion: a fault.)
+        REQUIRE(damage_leaves_holding(path, needle, Damage::keys_swapped) == 2);
+        auto compacted = store.compact();
+        REQUIRE_FALSE(compacted);
+        error = compacted.error();
+        CHECK_FALSE(fs::exists(path + ".compact"));
+    }
+    INFO(error);
+    CHECK(error.find("MDB_CORRUPTED") != std::string::npos);
+    CHECK(store.quarantines() == 1);
+    CHECK(called == 1);
+    CHECK(fs::exists(path + ".broken"));
+    check_fresh_store_works(store, true);
+    CHECK(store.quarantines() == 1);
+}
+
+TEST_CASE("a small entry on a page LMDB reports corrupt is a counted corrupt miss",
+          "[store][disk][small]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), sync_small_options(), stats);
+    for (int i = 0; i < 200; ++i) {
+        REQUIRE(tier.put("pgo", fmt::format("k{}", i), make_entry(std::string(100, 'x'))));
+    }
+    REQUIRE(tier.small_store() != nullptr);
+    const std::uint64_t count_before = tier.count();
+    const auto hash = entry_hash("pgo", "k100");
+    REQUIRE(damage_leaves_holding(dir.path() / "small.mdb", small_lmdb::make_key("pgo", hash),
+                                  Damage::not_a_leaf) == 2);
+
+    auto got = tier.get("pgo", "k100");
+    REQUIRE(got);
+    CHECK_FALSE(*got);
+    CHECK(stats.tier("pgo", TierId::disk).corrupt == 1);
+    CHECK(tier.small_store()->quarantines() == 1);
+    CHECK(stats.daemon().small_store_recoveries == 1);
+    CHECK(tier.count() == count_before - 200);
+    REQUIRE(tier.put("pgo", "k100", make_entry("fresh")));
+    auto fresh = tier.get("pgo", "k100");
+    REQUIRE(fresh);
+    REQUIRE(*fresh);
+    CHECK((*fresh)->value.text() == "fresh");
 }
