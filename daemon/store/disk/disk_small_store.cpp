@@ -46,6 +46,7 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
     if (!m_env) {
         return tl::make_unexpected(fmt::format("{} is closed", m_path));
     }
+    const std::uint64_t generation = m_generation; // the environment quarantine() may replace
     Txn txn(m_env->env, read_only, rc);
     if (rc != 0) {
         return fail("mdb_txn_begin");
@@ -66,9 +67,8 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         abandon_open_cursors();
         keep_abandoned(txn.get());
         txn.forget();
-        const Env* faulted = m_env.get();
         lock.unlock();
-        quarantine(faulted, true);
+        quarantine(generation, true);
         rc = k_fault;
         if (rc_out != nullptr) {
             *rc_out = rc;
@@ -82,9 +82,8 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         // file would stay above max_size), and a write touching the bad page
         // could copy its sizes into LMDB's own buffers, where no guard helps.
         txn.abort();
-        const Env* corrupt = m_env.get();
         lock.unlock();
-        quarantine(corrupt, false);
+        quarantine(generation, false);
     }
     if (failed != nullptr) {
         return fail(failed);

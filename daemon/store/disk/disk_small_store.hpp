@@ -168,9 +168,10 @@ private:
     // Appends every record of `source`'s trees, read in `read`, to `copy`,
     // committing every k_copy_batch_bytes; 0 or an LMDB code.
     int copy_trees(Env& source, MDB_txn* read, Env& copy);
-    // Replaces `broken` (unless another thread already did) by a fresh
-    // store; `faulted`: LMDB was interrupted in it (it is never closed).
-    void quarantine(const Env* broken, bool faulted);
+    // Replaces the environment of `generation` (unless another thread
+    // already did) by a fresh store; `faulted`: LMDB was interrupted in it
+    // (it is never closed).
+    void quarantine(std::uint64_t generation, bool faulted);
     void close_env_locked();
     // Re-measures used and file bytes (caller holds the env lock, shared).
     void refresh_usage_locked();
@@ -185,6 +186,9 @@ private:
     // Held by every write transaction and by compaction's copy.
     std::mutex m_write_mutex;
     std::unique_ptr<Env> m_env;
+    // One more each time m_env is replaced (under the exclusive lock): what
+    // tells an environment from a later one at the same address.
+    std::uint64_t m_generation = 0;
     std::atomic<std::uint64_t> m_used_bytes{0};
     std::atomic<std::uint64_t> m_file_bytes{0};
     std::atomic<std::uint64_t> m_quarantines{0};

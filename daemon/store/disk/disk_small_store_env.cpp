@@ -94,10 +94,10 @@ void SmallStore::set_after_copy(std::function<void()> after_copy) {
     m_after_copy = std::move(after_copy);
 }
 
-void SmallStore::quarantine(const Env* broken, bool faulted) {
+void SmallStore::quarantine(std::uint64_t generation, bool faulted) {
     {
         std::unique_lock lock(m_env_mutex);
-        if (m_env.get() != broken || broken == nullptr) {
+        if (!m_env || m_generation != generation) {
             return; // another thread replaced it already
         }
         if (faulted) {
@@ -193,6 +193,7 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
         return opened;
     }
     m_env = std::move(env);
+    ++m_generation;
     refresh_usage_locked();
     return {};
 }
@@ -368,12 +369,12 @@ tl::expected<void, std::string> SmallStore::compact() {
     // the store is quarantined, as after any fault. (LMDB's own mdb_env_copy2
     // walks with a thread of its own, which a fault in the walk would leave
     // waiting on a stack frame the guard jumped out of.)
-    const Env* copied = nullptr;
+    std::uint64_t copied = 0; // the generation of the environment copied
     int rc = 0;
     auto walked = in_txn(
         true,
         [&](Env& env, MDB_txn* txn) {
-            copied = &env;
+            copied = m_generation; // in_txn holds the lock
             return copy_trees(env, txn, **copy);
         },
         &rc);
@@ -395,7 +396,7 @@ tl::expected<void, std::string> SmallStore::compact() {
         m_after_copy();
     }
     std::unique_lock lock(m_env_mutex);
-    if (m_env.get() != copied) {
+    if (m_generation != copied) {
         // Quarantined meanwhile (a read faulted): the copy is of the old one.
         ::unlink(copy_path.c_str());
         return tl::make_unexpected("the store was replaced while it was copied");
