@@ -397,7 +397,8 @@ tl::expected<void, std::string> SmallStore::compact() {
     }
     std::unique_lock lock(m_env_mutex);
     if (m_generation != copied) {
-        // Quarantined meanwhile (a read faulted): the copy is of the old one.
+        // Quarantined meanwhile (a read faulted, or found the tree corrupt):
+        // the copy is of the old one.
         ::unlink(copy_path.c_str());
         return tl::make_unexpected("the store was replaced while it was copied");
     }
