@@ -68,7 +68,7 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         keep_abandoned(txn.get());
         txn.forget();
         lock.unlock();
-        quarantine(generation, true);
+        quarantine(generation, true, "LMDB faulted on its pages");
         rc = k_fault;
         if (rc_out != nullptr) {
             *rc_out = rc;
@@ -83,7 +83,7 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         // could copy its sizes into LMDB's own buffers, where no guard helps.
         txn.abort();
         lock.unlock();
-        quarantine(generation, false);
+        quarantine(generation, false, mdb_text(rc));
     }
     if (failed != nullptr) {
         return fail(failed);

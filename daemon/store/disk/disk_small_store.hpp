@@ -131,6 +131,13 @@ public:
     // happened.
     void set_on_quarantine(std::function<void()> on_quarantine);
     std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
+    // Which environment is in use: one more each time it is replaced.
+    std::uint64_t generation() const;
+    // Quarantines the store, unless it was replaced since `generation`: a
+    // value read from it failed verification (`why`), so its pages may be
+    // damaged too, and no write may touch them (LMDB does not check them:
+    // a delete from a damaged leaf overflowed LMDB's page buffer under ASan).
+    void set_aside(std::uint64_t generation, std::string_view why);
     // Runs once in compact()'s copy, after its first entry, inside the
     // guarded read of the store: a test changes the file there, as another
     // process could. Set before use.
@@ -169,9 +176,9 @@ private:
     // committing every k_copy_batch_bytes; 0 or an LMDB code.
     int copy_trees(Env& source, MDB_txn* read, Env& copy);
     // Replaces the environment of `generation` (unless another thread
-    // already did) by a fresh store; `faulted`: LMDB was interrupted in it
-    // (it is never closed).
-    void quarantine(std::uint64_t generation, bool faulted);
+    // already did) by a fresh store, logging `why`; `faulted`: LMDB was
+    // interrupted in it (it is never closed).
+    void quarantine(std::uint64_t generation, bool faulted, std::string_view why);
     void close_env_locked();
     // Re-measures used and file bytes (caller holds the env lock, shared).
     void refresh_usage_locked();

@@ -94,7 +94,16 @@ void SmallStore::set_after_copy(std::function<void()> after_copy) {
     m_after_copy = std::move(after_copy);
 }
 
-void SmallStore::quarantine(std::uint64_t generation, bool faulted) {
+std::uint64_t SmallStore::generation() const {
+    std::shared_lock lock(m_env_mutex);
+    return m_generation;
+}
+
+void SmallStore::set_aside(std::uint64_t generation, std::string_view why) {
+    quarantine(generation, false, why);
+}
+
+void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_view why) {
     {
         std::unique_lock lock(m_env_mutex);
         if (!m_env || m_generation != generation) {
@@ -109,9 +118,7 @@ void SmallStore::quarantine(std::uint64_t generation, bool faulted) {
         }
         logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
                        "fresh one",
-                       m_path,
-                       faulted ? "LMDB faulted on its pages" : "LMDB found its tree inconsistent",
-                       m_path);
+                       m_path, why, m_path);
         ::rename(m_path.c_str(), (m_path + ".broken").c_str());
         ::unlink((m_path + "-lock").c_str());
         bool refused = false;

@@ -193,6 +193,7 @@ tl::expected<void, StoreError> DiskTier::remove_small_copy(std::string_view ns, 
 tl::expected<std::optional<Entry>, StoreError>
 DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& id, bool touch) {
     const std::uint64_t quarantines = m_small->quarantines();
+    const std::uint64_t generation = m_small->generation();
     auto bytes = m_small->read(ns, id);
     if (!bytes && m_small->quarantines() != quarantines) {
         // LMDB faulted on a corrupt store, or reported it corrupt, and it was
@@ -209,12 +210,13 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
     }
     const Blob stored = Blob::adopt(std::move(**bytes));
     const auto discard = [&](std::string_view reason) {
+        // Not deleted in place: LMDB wrote those bytes, so the page that holds
+        // them was damaged after, perhaps in its offsets and sizes too, which
+        // LMDB would follow into its own buffers on a write. The whole store
+        // is set aside (on_quarantine forgets its entries).
         m_stats.tier(ns, TierId::disk).corrupt.fetch_add(1, std::memory_order_relaxed);
-        logger().warn("removing broken small entry {}/{} from {}: {}", ns, id.hex(),
-                      m_small->path(), reason);
-        if (m_small->erase_if_same(ns, id, stored.bytes())) {
-            m_index.erase(id);
-        }
+        m_small->set_aside(generation,
+                           fmt::format("small entry {}/{} is broken: {}", ns, id.hex(), reason));
     };
     auto decoded = decode(stored);
     if (!decoded) {
