@@ -136,8 +136,10 @@ SmallStore::read(std::string_view ns, const Hash128& id) {
         MDB_val value{};
         const int rc = mdb_get(txn, env.entries, &key, &value);
         if (rc == 0) {
-            const auto* data = static_cast<const std::byte*>(value.mv_data);
-            out.emplace(data, data + value.mv_size);
+            // Allocated before the copy, which may fault: `out`, outside the
+            // guard, then still owns (and frees) the buffer.
+            auto& bytes = out.emplace(value.mv_size);
+            std::memcpy(bytes.data(), value.mv_data, value.mv_size);
         }
         return rc == MDB_NOTFOUND ? 0 : rc;
     });
