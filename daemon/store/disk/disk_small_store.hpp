@@ -73,12 +73,9 @@ public:
     // How many entries are stored (from the tree's header: no walk).
     std::size_t size();
 
-    // Calls `fn` for every `meta` record, in key order. A corrupt tree fails.
+    // Calls `fn` for every `meta` record, in key order. A corrupt tree fails
+    // it, and quarantines the store.
     tl::expected<void, std::string> load_meta(const std::function<void(SmallRecord&&)>& fn);
-
-    // Replaces the store with a fresh, empty one (after `load_meta` found it
-    // corrupt), keeping the old file as `<path>.broken`.
-    tl::expected<void, std::string> recover();
 
     // The stored bytes of (ns, id), copied; nullopt when absent.
     tl::expected<std::optional<std::vector<std::byte>>, std::string> read(std::string_view ns,
@@ -134,9 +131,10 @@ public:
     // Which environment is in use: one more each time it is replaced.
     std::uint64_t generation() const;
     // Quarantines the store, unless it was replaced since `generation`: a
-    // value read from it failed verification (`why`), so its pages may be
-    // damaged too, and no write may touch them (LMDB does not check them:
-    // a delete from a damaged leaf overflowed LMDB's page buffer under ASan).
+    // value read from it failed verification, or its `meta` records could
+    // not be loaded (`why`), so its pages may be damaged too, and no write
+    // may touch them (LMDB does not check them: a delete from a damaged leaf
+    // overflowed LMDB's page buffer under ASan).
     void set_aside(std::uint64_t generation, std::string_view why);
     // Runs once in compact()'s copy, after its first entry, inside the
     // guarded read of the store: a test changes the file there, as another

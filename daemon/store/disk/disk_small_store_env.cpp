@@ -132,15 +132,6 @@ void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_
     }
 }
 
-tl::expected<void, std::string> SmallStore::recover() {
-    std::unique_lock lock(m_env_mutex);
-    close_env_locked();
-    ::rename(m_path.c_str(), (m_path + ".broken").c_str());
-    ::unlink((m_path + "-lock").c_str());
-    bool refused = false;
-    return open_env(refused);
-}
-
 void SmallStore::close_env_locked() {
     m_env.reset();
 }

@@ -281,23 +281,17 @@ void DiskTier::scan_small(std::vector<DiskIndex::ScannedFile>& scanned) {
     }
     const std::size_t before = scanned.size();
     scanned.reserve(before + m_small->size());
-    const std::uint64_t quarantines = m_small->quarantines();
+    const std::uint64_t generation = m_small->generation();
     auto loaded = m_small->load_meta([&](SmallRecord&& record) {
         if (is_valid_namespace(record.ns)) {
             scanned.push_back({std::move(record.ns), record.id, small_charge(record.size),
                                record.atime_ms, true});
         }
     });
-    if (!loaded && m_small->quarantines() != quarantines) {
-        scanned.resize(before); // quarantined: replaced (and counted) already
-    } else if (!loaded) {
-        logger().error("small-entry store {} is corrupt ({}): moved to {}.broken, starting a "
-                       "fresh one",
-                       m_small->path(), loaded.error(), m_small->path());
-        m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
-        if (auto recovered = m_small->recover(); !recovered) {
-            logger().error("small-entry store {}: {}", m_small->path(), recovered.error());
-        }
+    if (!loaded) {
+        // Set aside (logged and counted by on_quarantine), unless a fault or a
+        // corrupt tree quarantined it already: none of its records is indexed.
+        m_small->set_aside(generation, loaded.error());
         scanned.resize(before);
     }
 }
