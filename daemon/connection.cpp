@@ -11,9 +11,50 @@
 
 namespace pt2cache::daemon {
 
+// The connections of one loop whose replies wait for the end of the loop's
+// round (Connection::send_later). Only the loop's thread uses it (one thread
+// runs each loop, server.cpp). A service of the loop's io_context, so that a
+// loop stopped with replies still kept releases its connections before the
+// io_context goes.
+class DeferredReplies : public asio::execution_context::service {
+public:
+    static inline asio::execution_context::id id;
+
+    explicit DeferredReplies(asio::execution_context& owner)
+        : asio::execution_context::service(owner) {}
+
+    // Keeps `connection` for the round's end; the first one posts send_all.
+    void add(std::shared_ptr<Connection> connection) {
+        m_waiting.push_back(std::move(connection));
+        if (m_waiting.size() == 1) {
+            // Runs after the completions that the loop's last wait for
+            // events delivered, which may add more connections meanwhile.
+            asio::post(m_waiting.back()->executor(), [this] { send_all(); });
+        }
+    }
+
+private:
+    void send_all() {
+        std::vector<std::shared_ptr<Connection>> connections;
+        connections.swap(m_waiting);
+        for (auto& connection : connections) {
+            connection->send_deferred();
+        }
+        connections.clear();
+        if (m_waiting.empty()) {
+            connections.swap(m_waiting); // keeps the capacity
+        }
+    }
+
+    void shutdown() override { m_waiting.clear(); }
+
+    std::vector<std::shared_ptr<Connection>> m_waiting;
+};
+
 Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     : m_socket(std::move(socket))
     , m_executor(m_socket.get_executor())
+    , m_deferred_replies(&asio::use_service<DeferredReplies>(m_executor.context()))
     , m_writer_event(m_executor, std::chrono::steady_clock::time_point::max())
     , m_context(context)
     , m_id(id)
@@ -138,10 +179,11 @@ awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
     co_return !ec;
 }
 
-awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint) {
+awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint, std::size_t requests) {
     // Not a coroutine: the usual batch goes straight on to read_more's
     // coroutine, with no frame of its own.
-    if (!send(batch) || m_context.stopping) {
+    const bool sent = requests > 1 ? send_later(batch) : send(batch);
+    if (!sent || m_context.stopping) {
         return answer(false);
     }
     if (m_queued_bytes > k_max_queued_output || m_write_failed) {
@@ -188,7 +230,32 @@ awaitable<bool> Connection::flush(OutputBatch& batch) {
     co_return done;
 }
 
+bool Connection::send_later(OutputBatch& batch) {
+    if (m_writing || !m_deferred.empty() || batch.empty()) {
+        return send(batch);
+    }
+    if (m_write_failed) {
+        batch.clear();
+        return false;
+    }
+    // Swapped, not moved: the session keeps the emptied batch's buffers.
+    std::swap(m_deferred, batch);
+    m_deferred_replies->add(shared_from_this());
+    return true;
+}
+
+void Connection::send_deferred() {
+    if (!m_deferred.empty()) {
+        send_now(m_deferred);
+    }
+}
+
 bool Connection::send(OutputBatch& batch) {
+    send_deferred();
+    return send_now(batch);
+}
+
+bool Connection::send_now(OutputBatch& batch) {
     if (m_write_failed) {
         batch.clear();
         return false;
@@ -276,6 +343,7 @@ awaitable<void> Connection::writer_progress() {
 }
 
 awaitable<bool> Connection::written() {
+    send_deferred();
     while (m_writing) {
         co_await writer_progress();
     }

@@ -14,6 +14,8 @@
 
 namespace pt2cache::daemon {
 
+class DeferredReplies;
+
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     Connection(UnixSocket socket, Context& context, std::uint64_t id);
@@ -48,10 +50,11 @@ public:
     InflightLease& lease() { return m_lease; }
     // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error.
     awaitable<bool> read_exact(std::span<std::byte> out);
-    // Ends a batch of requests: sends the replies (see send()), then reads
-    // more requests (at least one byte, room for `hint`). False when the
-    // session is over: the peer left, or the daemon is stopping.
-    awaitable<bool> next_batch(OutputBatch& batch, std::size_t hint);
+    // Ends a batch of `requests` requests: sends the replies (see send();
+    // send_later() for a pipeline), then reads more requests (at least one
+    // byte, room for `hint`). False when the session is over: the peer left,
+    // or the daemon is stopping.
+    awaitable<bool> next_batch(OutputBatch& batch, std::size_t hint, std::size_t requests);
     // Sends and clears `batch`, and waits until every reply sent so far is
     // written. False when the peer is gone.
     awaitable<bool> flush(OutputBatch& batch);
@@ -61,6 +64,13 @@ public:
     // any reply so never blocks against us (docs/protocol.md, "Pipelining").
     // False when an earlier write failed (the peer is gone).
     bool send(OutputBatch& batch);
+    // Like send(), but the write waits until the loop has run the handlers
+    // of its last wait for events, as Redis writes its replies before it
+    // waits again: replies to many connections then go out together, and
+    // a client that pipelines to several connections finds more of them
+    // ready per wait of its own (docs/architecture.md, "Replies"). Any
+    // other send, flush or close of this connection sends it first.
+    bool send_later(OutputBatch& batch);
     // Between two requests of a batch: once `batch` and the queued replies
     // pass k_max_queued_output, sends `batch` and waits for the writer to
     // bring the queue under it. False when the peer is gone.
@@ -75,11 +85,17 @@ public:
     static constexpr std::size_t k_max_queued_output = 16u << 20;
 
 private:
+    friend class DeferredReplies;
+
     bool peer_allowed();
     // Input buffer bytes past what every connection holds without a lease.
     std::uint64_t input_beyond_base() const;
     // Grows the lease to the input buffer's capacity, waiting for room.
     awaitable<bool> lease_input();
+    // send(), with no deferred batch ahead of `batch`.
+    bool send_now(OutputBatch& batch);
+    // Sends the batch that send_later() kept, if any.
+    void send_deferred();
     // Starts an async_write of the front of m_queued (on the loop's thread).
     void write_front();
     // Waits until the writer has made progress or ended.
@@ -94,9 +110,12 @@ private:
 
     UnixSocket m_socket;
     Executor m_executor;
+    DeferredReplies* m_deferred_replies;
     // Replies the socket did not take at once, in order; the front one has
     // `m_front_written` bytes written already.
     std::deque<OutputBatch> m_queued;
+    // Replies that send_later() kept; they go out before any later ones.
+    OutputBatch m_deferred;
     std::size_t m_front_written = 0;
     std::size_t m_queued_bytes = 0;
     bool m_writing = false;

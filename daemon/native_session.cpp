@@ -27,6 +27,8 @@ constexpr std::size_t k_body_step = 1 << 20;
 awaitable<void> NativeSession::run() {
     auto& input = m_connection.input();
     std::size_t want = 0;
+    // Requests read since the last batch of replies went out.
+    std::size_t requests = 0;
     for (;;) {
         while (input.size() > 0) {
             const auto view = input.readable();
@@ -36,6 +38,7 @@ awaitable<void> NativeSession::run() {
                 if (defer_put(frame->header, frame->body)) {
                     // Answered by flush_puts(); measured there.
                     input.consume(frame->consumed);
+                    ++requests;
                     want = 0;
                     if (deferred_full()) {
                         const bool go_on = co_await settle_puts();
@@ -88,6 +91,7 @@ awaitable<void> NativeSession::run() {
                 }
                 const bool keep = co_await handle(header, *body, body);
                 measured();
+                ++requests;
                 if (!keep) {
                     co_await m_connection.flush(m_out);
                     co_return;
@@ -105,6 +109,7 @@ awaitable<void> NativeSession::run() {
             }
             measured();
             input.consume(frame.consumed);
+            ++requests;
             want = 0;
             if (!keep) {
                 co_await m_connection.flush(m_out);
@@ -123,9 +128,11 @@ awaitable<void> NativeSession::run() {
                 co_return;
             }
         }
-        if (!co_await m_connection.next_batch(m_out, want)) {
+        const bool more = co_await m_connection.next_batch(m_out, want, requests);
+        if (!more) {
             co_return;
         }
+        requests = 0;
         m_latency.mark();
     }
 }

@@ -42,6 +42,8 @@ awaitable<void> RespSession::run() {
     // The next parse waits until the input holds this much: the parser's
     // lower bound for the incomplete command (see parse_command).
     std::size_t parse_at = 1;
+    // Requests read since the last batch of replies went out.
+    std::size_t requests = 0;
     for (;;) {
         while (input.size() >= parse_at) {
             const auto max_value = m_context.max_value.load();
@@ -108,6 +110,7 @@ awaitable<void> RespSession::run() {
                 }
             }
             input.consume(command.consumed);
+            ++requests;
             m_args = std::move(command.args);
             want = 0;
             parse_at = 1;
@@ -129,7 +132,8 @@ awaitable<void> RespSession::run() {
                 co_return;
             }
         }
-        const bool more = co_await m_connection.next_batch(m_out, want);
+        const bool more = co_await m_connection.next_batch(m_out, want, requests);
+        requests = 0;
         if (!more) {
             co_return;
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import socket
 import struct
 import threading
 import time
@@ -14,7 +15,7 @@ import pytest
 import redis
 
 from integ_helpers import NativeClient, put_body
-from pt2harness import OP, STATUS, frame, key_body, wait_for
+from pt2harness import OP, STATUS, RawConnection, frame, key_body, wait_for
 
 CLIENTS = 32
 OPS_PER_CLIENT = 1000
@@ -357,3 +358,41 @@ def test_pipelined_puts_are_stored_together_yet_seen_in_order(make_daemon):
     assert c.get("pgo", b"many-149") == (STATUS["ok"], b"m149")
     assert c.get("pgo", b"big") == (STATUS["ok"], big)
     c.close()
+
+
+def test_pipelines_on_many_connections_get_their_own_replies_even_when_half_closed(make_daemon):
+    """Replies to a pipeline wait for the end of the loop's round and then go
+    out with those of the other connections (docs/architecture.md, "Replies"):
+    each connection still gets exactly its own replies, in order, including
+    one that shuts down its writing side right after its pipeline (the kept
+    replies go out before the daemon closes it)."""
+    d = make_daemon()
+    native, resp = [], []
+    for i in range(12):
+        c = NativeClient(d.socket)
+        c.send(b"".join(frame(op, body, rid=10 * j + k)
+                        for j in range(8)
+                        for k, (op, body) in enumerate([
+                            (OP["put"], put_body("pgo", b"n%02d-%d" % (i, j), b"v%02d-%d" % (i, j))),
+                            (OP["get"], key_body("pgo", b"n%02d-%d" % (i, j)))])))
+        native.append(c)
+        r = RawConnection(d.socket)
+        r.send(b"".join(b"*3\r\n$3\r\nSET\r\n$5\r\nr%02d-%d\r\n$5\r\nw%02d-%d\r\n"
+                        b"*2\r\n$3\r\nGET\r\n$5\r\nr%02d-%d\r\n" % (i, j, i, j, i, j)
+                        for j in range(8)))
+        resp.append(r)
+        if i % 2:
+            c.sock.shutdown(socket.SHUT_WR)
+            r.sock.shutdown(socket.SHUT_WR)
+    for i, c in enumerate(native):
+        for j in range(8):
+            assert c.reply() == (OP["put"], STATUS["ok"], 10 * j, b""), (i, j)
+            assert c.reply() == (OP["get"], STATUS["ok"], 10 * j + 1, b"v%02d-%d" % (i, j)), (i, j)
+    for i, r in enumerate(resp):
+        expected = b"".join(b"+OK\r\n$5\r\nw%02d-%d\r\n" % (i, j) for j in range(8))
+        assert r.recv_exact(len(expected)) == expected, i
+    for i in range(1, 12, 2):
+        assert native[i].closed_by_peer() and resp[i].closed_by_peer(), i
+    for c in native + resp:
+        c.close()
+    assert d.proc.poll() is None
