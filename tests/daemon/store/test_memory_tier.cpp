@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "daemon/store/memory/memory_tier.hpp"
 #include "tests/daemon/store/helpers.hpp"
@@ -236,6 +237,35 @@ TEST_CASE("memory tier overwrite of a stored key in a full tier", "[store][memor
     CHECK_FALSE(tier.contains("t", "k1"));
     CHECK(tier.count() == 2);
     CHECK(tier.size_bytes() == 2 * MemoryTier::charge_of("t", "k4", 100));
+}
+
+TEST_CASE("memory tier put_many replaces stored keys in place and stores new ones, in order",
+          "[store][memory]") {
+    Stats stats;
+    MemoryTier tier(1 << 20, stats, 4000);
+    REQUIRE(tier.put("t", "s1", make_entry("old-1")));
+    REQUIRE(tier.put("t", "s2", make_entry("old-2")));
+    REQUIRE(tier.put("t", "s3", make_entry("old-3")));
+    const auto big = std::string(5000, 'b'); // over the largest entry
+    const std::vector<QuickPut> puts{
+        {"t", "s1", make_entry("new-1a")}, {"t", "n1", make_entry("new-n1a")},
+        {"t", "s1", make_entry("new-1b")}, {"t", "n1", make_entry("new-n1b")},
+        {"t", "s2", make_entry(big)},      {"t", "n2", make_entry(big)},
+        {"t", "n3", make_entry("new-n3")}, {"t", "s3", make_entry("new-3")},
+    };
+    tier.put_many(puts);
+    // The last put of each key wins, whether it was stored before or not;
+    // a value over the largest entry takes its older value away too.
+    CHECK(tier.peek("t", "s1")->value.text() == "new-1b");
+    CHECK(tier.peek("t", "n1")->value.text() == "new-n1b");
+    CHECK(tier.peek("t", "s3")->value.text() == "new-3");
+    CHECK(tier.peek("t", "n3")->value.text() == "new-n3");
+    CHECK_FALSE(tier.contains("t", "s2"));
+    CHECK_FALSE(tier.contains("t", "n2"));
+    CHECK(tier.count() == 4);
+    CHECK(tier.size_bytes() ==
+          MemoryTier::charge_of("t", "s1", 6) + MemoryTier::charge_of("t", "n1", 7) +
+              MemoryTier::charge_of("t", "s3", 5) + MemoryTier::charge_of("t", "n3", 6));
 }
 
 TEST_CASE("memory tier lists a namespace in key order", "[store][memory]") {
