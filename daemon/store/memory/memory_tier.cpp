@@ -135,8 +135,9 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
     // One key put twice in `puts` is either stored (both replace it, in
     // order) or not (both go to the second pass, in order).
     boost::container::small_vector<std::size_t, 64> absent;
-    boost::container::small_vector<Entry, 64> old_entries; // freed after the lock
-    List replaced;                                         // destroyed after the lock is released
+    // Replaced entries and nodes are freed after the locks are released.
+    boost::container::small_vector<Entry, 64> old_entries;
+    List replaced;
     List evicted;
     {
         std::lock_guard lock(m_mutex);
