@@ -120,6 +120,9 @@ awaitable<void> Connection::run() {
     co_await written();
     counters.connections_active--;
     m_context.touch();
+}
+
+void Connection::close() {
     boost::system::error_code ignored;
     m_socket.shutdown(UnixSocket::shutdown_both, ignored);
     m_socket.close(ignored);

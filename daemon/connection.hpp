@@ -20,9 +20,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 public:
     Connection(UnixSocket socket, Context& context, std::uint64_t id);
 
-    // Serves the connection until the peer leaves, a protocol error closes
-    // it, or the daemon stops. Runs on executor().
+    // Serves the connection until the peer leaves, a protocol error ends
+    // it, or the daemon stops, and writes the replies still due. Runs on
+    // executor(). The socket stays open for close().
     awaitable<void> run();
+    // Closes the socket, on executor(). Only once no other thread can call
+    // shutdown_read(): the descriptor's number may be reused at once.
+    void close();
     // The connection's loop: its session and its reply writer run there. One
     // thread runs each loop (server.cpp), so they never run at once and need
     // no strand.

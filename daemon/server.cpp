@@ -264,7 +264,10 @@ awaitable<void> Server::accept_loop() {
             connection->executor(),
             [this, connection]() -> awaitable<void> {
                 co_await connection->run();
+                // Out of the registry first: its shutdown_reads(), on
+                // another thread, must not reach a closed descriptor.
                 m_registry.remove(connection.get());
+                connection->close();
             },
             asio::detached);
     }
