@@ -35,15 +35,11 @@ public:
 
 private:
     void send_all() {
-        std::vector<std::shared_ptr<Connection>> connections;
-        connections.swap(m_waiting);
-        for (auto& connection : connections) {
+        // Sending adds no connection: only a session's send_later() does.
+        for (auto& connection : m_waiting) {
             connection->send_deferred();
         }
-        connections.clear();
-        if (m_waiting.empty()) {
-            connections.swap(m_waiting); // keeps the capacity
-        }
+        m_waiting.clear();
     }
 
     void shutdown() override { m_waiting.clear(); }
@@ -234,12 +230,8 @@ awaitable<bool> Connection::flush(OutputBatch& batch) {
 }
 
 bool Connection::send_later(OutputBatch& batch) {
-    if (m_writing || !m_deferred.empty() || batch.empty()) {
+    if (m_writing || m_write_failed || !m_deferred.empty() || batch.empty()) {
         return send(batch);
-    }
-    if (m_write_failed) {
-        batch.clear();
-        return false;
     }
     // Swapped, not moved: the session keeps the emptied batch's buffers.
     std::swap(m_deferred, batch);

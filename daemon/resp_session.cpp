@@ -133,10 +133,10 @@ awaitable<void> RespSession::run() {
             }
         }
         const bool more = co_await m_connection.next_batch(m_out, want, requests);
-        requests = 0;
         if (!more) {
             co_return;
         }
+        requests = 0;
     }
 }
 
