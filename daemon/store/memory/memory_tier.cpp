@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <vector>
 
-#include <boost/container/small_vector.hpp>
-
 namespace pt2cache::daemon::store {
 
 MemoryTier::MemoryTier(std::uint64_t capacity_bytes, Stats& stats, std::uint64_t max_entry_bytes)
@@ -107,70 +105,30 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
     return {};
 }
 
-void MemoryTier::replace_locked(List::iterator stored, Entry& entry, std::uint64_t charge,
-                                List& evicted) {
-    // The node takes the new entry in place: its map slot, which views its
-    // id, stays (no erase and re-insert); `entry` carries the old one out, to
-    // be freed after the lock.
-    m_size -= stored->charge;
-    std::swap(stored->entry, entry);
-    stored->charge = charge;
-    stored->referenced.store(false, std::memory_order_relaxed);
-    // Out of the list while room is made: not evicted itself.
-    List moving;
-    moving.splice(moving.end(), m_lru, stored);
-    make_room_locked(charge, evicted);
-    m_lru.splice(m_lru.begin(), moving, stored);
-    m_size += charge;
-}
-
 void MemoryTier::put_many(std::span<const QuickPut> puts) {
     if (!enabled()) {
         return;
     }
-    // A put of a stored key (a pipeline's SETs often are) takes the new entry
-    // in place under the lock, with no node or id to build and free. Nodes
-    // for the other keys are built outside the lock, so that the second
-    // critical section only relinks them (and fills slots of the flat map).
-    // One key put twice in `puts` is either stored (both replace it, in
-    // order) or not (both go to the second pass, in order).
-    boost::container::small_vector<std::size_t, 64> absent;
-    // Replaced entries and nodes are freed after the locks are released.
-    boost::container::small_vector<Entry, 64> old_entries;
-    List replaced;
+    // Build the list nodes before locking, so the critical section only
+    // relinks them (and fills slots of the flat map). Looking keys up first,
+    // to build no node for a stored key, was tried: pipelined SETs of new
+    // keys (what a compile puts) cost more, and those of stored keys no less
+    // beyond the spread of tests/bench/request-instructions.
+    List fresh;
+    for (const QuickPut& put : puts) {
+        fresh.emplace_back(make_id(put.ns, put.key), put.ns.size(), put.entry,
+                           charge_of(put.ns, put.key, put.entry.value.size()));
+    }
+    List replaced; // destroyed after the lock is released
     List evicted;
     {
-        std::lock_guard lock(m_mutex);
-        for (std::size_t i = 0; i < puts.size(); ++i) {
-            const QuickPut& put = puts[i];
-            const auto it = m_map.find(scratch_id(put.ns, put.key));
-            if (it == m_map.end()) {
-                absent.push_back(i);
-                continue;
-            }
-            const std::uint64_t charge = charge_of(put.ns, put.key, put.entry.value.size());
-            if (charge > m_max_entry) {
-                // Not stored; the older value is gone, so it is never served
-                // after a newer put.
-                unlink_locked(it, replaced);
-                continue;
-            }
-            old_entries.push_back(put.entry);
-            replace_locked(it->second, old_entries.back(), charge, evicted);
-        }
-    }
-    if (!absent.empty()) {
-        List fresh;
-        for (const std::size_t i : absent) {
-            const QuickPut& put = puts[i];
-            fresh.emplace_back(make_id(put.ns, put.key), put.ns.size(), put.entry,
-                               charge_of(put.ns, put.key, put.entry.value.size()));
-        }
         std::lock_guard lock(m_mutex);
         while (!fresh.empty()) {
             const List::iterator node = fresh.begin();
             const auto it = m_map.find(node->id);
             if (node->charge > m_max_entry) {
+                // Not stored; the older value (if any) is gone, so it is never
+                // served after a newer put.
                 if (it != m_map.end()) {
                     unlink_locked(it, replaced);
                 }
@@ -178,9 +136,21 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
                 continue;
             }
             if (it != m_map.end()) {
-                // Stored meanwhile (another thread's put, or this batch's).
-                replace_locked(it->second, node->entry, node->charge, evicted);
+                // A stored key takes the new entry in place: its map slot,
+                // which views its id, stays (no erase and re-insert), and
+                // `node` carries the old entry out, freed after the lock.
+                const List::iterator stored = it->second;
+                m_size -= stored->charge;
+                std::swap(stored->entry, node->entry);
+                std::swap(stored->charge, node->charge);
+                stored->referenced.store(false, std::memory_order_relaxed);
                 replaced.splice(replaced.end(), fresh, node);
+                // Out of the list while room is made: not evicted itself.
+                List moving;
+                moving.splice(moving.end(), m_lru, stored);
+                make_room_locked(stored->charge, evicted);
+                m_lru.splice(m_lru.begin(), moving, stored);
+                m_size += stored->charge;
                 continue;
             }
             make_room_locked(node->charge, evicted);

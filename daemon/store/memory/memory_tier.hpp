@@ -121,9 +121,6 @@ private:
     using Map = absl::flat_hash_map<std::string_view, List::iterator>;
 
     static std::string make_id(std::string_view ns, std::string_view key);
-    // Gives the stored node `stored` the entry in `entry` (which gets the old
-    // one) and the charge `charge`, and moves it to the front.
-    void replace_locked(List::iterator stored, Entry& entry, std::uint64_t charge, List& evicted);
     // make_id in a buffer of the calling thread's (valid until its next call).
     static std::string_view scratch_id(std::string_view ns, std::string_view key);
     // Evicts into `out` until `charge` more bytes fit (`charge` is at most
