@@ -111,6 +111,9 @@ void DiskIndex::erase(const Hash128& id) {
     if (m_scanning) {
         m_erased_while_scanning.insert(id);
     }
+    if (m_salvaging != 0) {
+        m_erased_while_salvaging.insert(id);
+    }
     const auto it = m_map.find(id);
     if (it != m_map.end()) {
         remove_locked(it->second);
@@ -137,6 +140,9 @@ void DiskIndex::erase_small_of(std::string_view ns) {
         // removed them: the merge must not add them back.
         m_small_cleared_while_scanning.emplace(ns);
     }
+    if (m_salvaging != 0) {
+        m_cleared_while_salvaging.emplace(ns);
+    }
     const auto index = m_ns_indexes.find(ns);
     if (index == m_ns_indexes.end()) {
         return;
@@ -144,12 +150,49 @@ void DiskIndex::erase_small_of(std::string_view ns) {
     erase_small_locked(index->second);
 }
 
-void DiskIndex::erase_all_small() {
+void DiskIndex::erase_all_small(std::uint64_t salvage) {
     std::lock_guard lock(m_mutex);
     if (m_scanning) {
         m_all_small_cleared_while_scanning = true;
     }
     erase_small_locked(std::nullopt);
+    m_salvaging = salvage;
+    m_erased_while_salvaging = {};
+    m_cleared_while_salvaging = {};
+}
+
+bool DiskIndex::salvage_wanted_locked(std::uint64_t generation, std::string_view ns,
+                                      const Hash128& id) const {
+    return m_salvaging != 0 && m_salvaging == generation && !m_map.contains(id) &&
+           !m_erased_while_salvaging.contains(id) && !m_cleared_while_salvaging.contains(ns);
+}
+
+bool DiskIndex::salvage_wanted(std::uint64_t generation, std::string_view ns,
+                               const Hash128& id) const {
+    std::lock_guard lock(m_mutex);
+    return salvage_wanted_locked(generation, ns, id);
+}
+
+void DiskIndex::record_salvaged(std::uint64_t generation, std::string_view ns, const Hash128& id,
+                                std::uint64_t size) {
+    std::lock_guard lock(m_mutex);
+    if (!salvage_wanted_locked(generation, ns, id)) {
+        return;
+    }
+    const std::uint32_t at =
+        allocate_locked(Node{id, size, intern_locked(ns), k_none, k_none, true});
+    link_end_locked(at, End::oldest);
+    add_total(m_nodes[at]);
+    m_map.emplace(id, at); // last, as in record()
+}
+
+void DiskIndex::end_salvage(std::uint64_t generation) {
+    std::lock_guard lock(m_mutex);
+    if (m_salvaging == generation) {
+        m_salvaging = 0;
+        m_erased_while_salvaging = {};
+        m_cleared_while_salvaging = {};
+    }
 }
 
 void DiskIndex::erase_small_locked(std::optional<std::uint32_t> ns_index) {
@@ -174,6 +217,9 @@ std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
     const Node node = m_nodes[m_oldest];
     if (m_scanning) {
         m_erased_while_scanning.insert(node.id); // evicted (a full LMDB map)
+    }
+    if (m_salvaging != 0) {
+        m_erased_while_salvaging.insert(node.id);
     }
     remove_locked(m_oldest);
     return Victim{m_ns_names[node.ns_index], node.id, node.size, node.small};

@@ -58,8 +58,23 @@ public:
     // startup scan read before it and has not merged yet.
     void erase_small_of(std::string_view ns);
     // Forgets every small entry (the store was replaced by an empty one), as
-    // erase_small_of does for one namespace.
-    void erase_all_small();
+    // erase_small_of does for one namespace. A nonzero `salvage` begins the
+    // salvage of the replaced store into the store of that generation
+    // (ending any salvage before): from now until end_salvage(), the ids
+    // erased or evicted and the namespaces cleared are remembered, so that
+    // salvage_wanted() refuses them.
+    void erase_all_small(std::uint64_t salvage = 0);
+
+    // Whether the salvage into the store of `generation` may put back this
+    // entry: that salvage still runs, and since it began the id was not
+    // recorded, erased or evicted and its namespace not cleared.
+    bool salvage_wanted(std::uint64_t generation, std::string_view ns, const Hash128& id) const;
+    // Records an entry that salvage put back, if salvage_wanted() still
+    // agrees: small, behind everything known (least recently used).
+    void record_salvaged(std::uint64_t generation, std::string_view ns, const Hash128& id,
+                         std::uint64_t size);
+    // Ends the salvage into the store of `generation`, unless another began.
+    void end_salvage(std::uint64_t generation);
 
     // Removes and returns the least recently used file, if any.
     std::optional<Victim> pop_least_recent();
@@ -133,6 +148,13 @@ private:
     // them, when the store was replaced.
     std::set<std::string, std::less<>> m_small_cleared_while_scanning;
     bool m_all_small_cleared_while_scanning = false;
+    // Between erase_all_small(generation) and end_salvage(generation): the
+    // salvage's generation; 0 when none runs.
+    std::uint64_t m_salvaging = 0;
+    bool salvage_wanted_locked(std::uint64_t generation, std::string_view ns,
+                               const Hash128& id) const;
+    absl::flat_hash_set<Hash128, HashOf> m_erased_while_salvaging;
+    std::set<std::string, std::less<>> m_cleared_while_salvaging;
     std::atomic<std::uint64_t> m_total{0};
     std::atomic<std::uint64_t> m_small_total{0};
 };

@@ -262,3 +262,52 @@ TEST_CASE("disk index: a large merge keeps every entry, the least recent evicted
     }
     REQUIRE_FALSE(index.pop_least_recent());
 }
+
+TEST_CASE("disk index: a salvage wants only what did not change since it began", "[index]") {
+    DiskIndex index;
+    index.merge_scan({});
+    const auto id = [](std::uint64_t n) { return Hash128{n, n}; };
+    for (std::uint64_t n = 1; n <= 6; ++n) {
+        index.record(n == 6 ? "tune" : "pgo", id(n), 100, true);
+    }
+    index.record("fx", id(9), 5000, false);
+    constexpr std::uint64_t k_generation = 7;
+    CHECK_FALSE(index.salvage_wanted(k_generation, "pgo", id(1))); // none running
+
+    index.erase_all_small(k_generation);
+    REQUIRE(index.count() == 1); // the file stays
+    CHECK(index.salvage_wanted(k_generation, "pgo", id(1)));
+    CHECK_FALSE(index.salvage_wanted(k_generation + 1, "pgo", id(1))); // another store
+    CHECK_FALSE(index.salvage_wanted(k_generation, "fx", id(9)));      // known: a file
+    index.record("pgo", id(2), 100, true);                             // put again
+    index.erase(id(3));                                                // removed (nothing there)
+    index.record("pgo", id(4), 100, true);                             // put, then evicted
+    REQUIRE(index.pop_least_recent()->id == id(9));
+    REQUIRE(index.pop_least_recent()->id == id(2));
+    REQUIRE(index.pop_least_recent()->id == id(4));
+    index.erase_small_of("tune"); // cleared
+    for (const std::uint64_t n : {2, 3, 4}) {
+        CHECK_FALSE(index.salvage_wanted(k_generation, "pgo", id(n)));
+    }
+    CHECK_FALSE(index.salvage_wanted(k_generation, "tune", id(6)));
+    CHECK(index.salvage_wanted(k_generation, "pgo", id(5)));
+
+    // Recorded behind everything, small; refused when no longer wanted.
+    index.record("pgo", id(2), 100, true);
+    index.record_salvaged(k_generation, "pgo", id(1), 300);
+    index.record_salvaged(k_generation, "pgo", id(3), 300);
+    index.record_salvaged(k_generation, "tune", id(6), 300);
+    CHECK(index.count() == 2);
+    CHECK(index.small_bytes() == 400);
+    CHECK(index.where(id(1)) == true);
+    index.end_salvage(k_generation + 1); // not this one's: goes on
+    index.record_salvaged(k_generation, "pgo", id(5), 300);
+    index.end_salvage(k_generation);
+    CHECK_FALSE(index.salvage_wanted(k_generation, "pgo", id(8)));
+    index.record_salvaged(k_generation, "pgo", id(8), 300);
+    CHECK(index.count() == 3);
+    // Least recent first: the salvaged ones, the later behind the earlier.
+    CHECK(index.pop_least_recent()->id == id(5));
+    CHECK(index.pop_least_recent()->id == id(1));
+    CHECK(index.pop_least_recent()->id == id(2));
+}
