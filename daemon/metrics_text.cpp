@@ -112,6 +112,8 @@ constexpr Field k_daemon_fields[] = {
      "Requests refused: no room in daemon.max_inflight_bytes"},
     {"small_store_recoveries", "pt2cache_small_store_recoveries_total", "counter",
      "Unusable small.mdb files moved aside and replaced"},
+    {"small_store_salvaged", "pt2cache_small_store_salvaged_total", "counter",
+     "Entries of moved-aside small.mdb files put back"},
     {"inflight_bytes", "pt2cache_inflight_bytes", "gauge", "Request bytes being received"},
     {"inflight_limit", "pt2cache_inflight_limit_bytes", "gauge", "daemon.max_inflight_bytes"},
 };

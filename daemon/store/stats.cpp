@@ -298,6 +298,7 @@ void Stats::reset() {
                           &m_daemon.connections_over_limit,
                           &m_daemon.inflight_refused,
                           &m_daemon.small_store_recoveries,
+                          &m_daemon.small_store_salvaged,
                           &m_remote.hits,
                           &m_remote.misses,
                           &m_remote.errors,
@@ -369,6 +370,7 @@ nlohmann::json Stats::to_json() const {
              {"connections_over_limit", load(m_daemon.connections_over_limit)},
              {"inflight_refused", load(m_daemon.inflight_refused)},
              {"small_store_recoveries", load(m_daemon.small_store_recoveries)},
+             {"small_store_salvaged", load(m_daemon.small_store_salvaged)},
          }},
         {"namespaces", std::move(namespaces)},
         {"remote", remote_json(m_remote, std::chrono::duration_cast<std::chrono::milliseconds>(

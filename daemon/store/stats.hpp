@@ -129,6 +129,8 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> inflight_refused{0};
     // small.mdb files LMDB refused, moved aside and replaced by a fresh store.
     std::atomic<std::uint64_t> small_store_recoveries{0};
+    // Entries of quarantined small.mdb files put back into the fresh store.
+    std::atomic<std::uint64_t> small_store_salvaged{0};
 };
 
 // The remote (Redis) tier's state, for STATS and `pt2cache stats`.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <lmdb.h>
@@ -104,6 +105,10 @@ inline bool is_corruption(int rc) {
     return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND;
 }
 
+// mdb_env_set_assert's callback: a failed LMDB assertion (a corrupt tree can
+// fail them) leaves the guarded call (fault_guard.hpp) instead of aborting.
+void leave_on_assert(MDB_env* env, const char* message);
+
 // A transaction aborted unless committed.
 class Txn {
 public:
@@ -196,6 +201,9 @@ struct SmallStore::Env {
     MDB_dbi meta = 0;
     MDB_dbi info = 0;
     std::size_t page_size = 4096;
+    // The last committed transaction, as of the last commit or open: what a
+    // salvage of the file expects to find (disk_small_salvage.hpp).
+    std::atomic<std::uint64_t> last_txnid{0};
 
     ~Env() {
         if (env != nullptr) {

@@ -52,6 +52,15 @@ struct SmallRecord {
     UnixMs atime_ms = 0;
 };
 
+// A store just quarantined: where its file went, the transaction it last
+// committed (what that file should still hold), and the generation of the
+// fresh store that replaced it.
+struct QuarantinedStore {
+    std::string path;
+    std::uint64_t txnid = 0;
+    std::uint64_t generation = 0;
+};
+
 struct SmallKeyRef {
     std::string_view ns;
     Hash128 id;
@@ -126,7 +135,7 @@ public:
     // fresh empty store replaces it, and `on_quarantine` runs (on the thread
     // that found it, with no lock of this class held). How many times that
     // happened.
-    void set_on_quarantine(std::function<void()> on_quarantine);
+    void set_on_quarantine(std::function<void(const QuarantinedStore&)> on_quarantine);
     std::uint64_t quarantines() const { return m_quarantines.load(std::memory_order_acquire); }
     // Which environment is in use: one more each time it is replaced.
     std::uint64_t generation() const;
@@ -197,9 +206,9 @@ private:
     std::atomic<std::uint64_t> m_used_bytes{0};
     std::atomic<std::uint64_t> m_file_bytes{0};
     std::atomic<std::uint64_t> m_quarantines{0};
-    std::function<void()> m_on_quarantine; // set before use
-    std::function<void()> m_during_copy;   // set before use
-    std::function<void()> m_after_copy;    // set before use
+    std::function<void(const QuarantinedStore&)> m_on_quarantine; // set before use
+    std::function<void()> m_during_copy;                          // set before use
+    std::function<void()> m_after_copy;                           // set before use
 };
 
 } // namespace pt2cache::daemon::store

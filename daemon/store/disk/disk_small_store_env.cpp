@@ -30,14 +30,14 @@ namespace {
 // bound on one write transaction's dirty pages (MDB_IDL_UM_MAX: 131,072).
 constexpr std::size_t k_copy_batch_bytes = std::size_t{16} << 20U;
 
-// LMDB's assertions (a corrupt tree can fail them) end the guarded call
-// instead of aborting the daemon: the store is then quarantined.
-void leave_on_assert(MDB_env* /*env*/, const char* message) {
+} // namespace
+
+// LMDB's assertions end the guarded call instead of aborting the daemon: the
+// store is then quarantined.
+void small_lmdb::leave_on_assert(MDB_env* /*env*/, const char* message) {
     logger().error("LMDB: {}", message);
     leave_guarded();
 }
-
-} // namespace
 
 void small_lmdb::keep_abandoned(const void* what) {
     static std::mutex mutex;
@@ -82,7 +82,7 @@ SmallStore::open(const std::string& path, std::uint64_t map_size, bool& recovere
     return store;
 }
 
-void SmallStore::set_on_quarantine(std::function<void()> on_quarantine) {
+void SmallStore::set_on_quarantine(std::function<void(const QuarantinedStore&)> on_quarantine) {
     m_on_quarantine = std::move(on_quarantine);
 }
 
@@ -104,11 +104,13 @@ void SmallStore::set_aside(std::uint64_t generation, std::string_view why) {
 }
 
 void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_view why) {
+    QuarantinedStore quarantined{m_path + ".broken", 0, 0};
     {
         std::unique_lock lock(m_env_mutex);
         if (!m_env || m_generation != generation) {
             return; // another thread replaced it already
         }
+        quarantined.txnid = m_env->last_txnid.load();
         if (faulted) {
             // LMDB was interrupted inside a transaction: the environment is
             // never used or closed again (its memory and mapping stay).
@@ -125,10 +127,11 @@ void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_
         if (auto opened = open_env(refused); !opened) {
             logger().error("small-entry store {}: {}", m_path, opened.error());
         }
+        quarantined.generation = m_generation;
         m_quarantines.fetch_add(1, std::memory_order_release);
     }
     if (m_on_quarantine) {
-        m_on_quarantine();
+        m_on_quarantine(quarantined);
     }
 }
 
@@ -265,6 +268,7 @@ void SmallStore::refresh_usage_locked() {
         }
     }
     m_used_bytes.store(pages * m_env->page_size, std::memory_order_relaxed);
+    m_env->last_txnid.store(mdb_txn_id(txn.get()));
     int fd = -1;
     struct stat file {};
     if (mdb_env_get_fd(m_env->env, &fd) == 0 && ::fstat(fd, &file) == 0) {

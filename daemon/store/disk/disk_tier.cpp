@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "daemon/store/disk/disk_entry.hpp"
@@ -82,6 +83,19 @@ std::uint64_t DiskTier::size_bytes() const {
 void DiskTier::wait_for_scan() {
     std::unique_lock lock(m_mutex);
     m_wake.wait(lock, [this] { return m_stop || scan_complete(); });
+}
+
+void DiskTier::wait_for_salvage() {
+    std::unique_lock lock(m_mutex);
+    m_wake.wait(lock, [this] { return m_stop || (!m_salvage_job && !m_salvage_running); });
+}
+
+void DiskTier::hold_salvage(bool held) {
+    {
+        std::lock_guard lock(m_mutex);
+        m_salvage_held = held;
+    }
+    m_wake.notify_all();
 }
 
 void DiskTier::wait_for_writes() {
@@ -508,9 +522,9 @@ tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string
     } else {
         removed = true;
     }
-    if (removed) {
-        m_index.erase(id);
-    }
+    // Also when nothing was there: a salvage of a quarantined small-entry
+    // store must not bring the entry back (DiskIndex::erase_all_small).
+    m_index.erase(id);
     return removed || cancelled;
 }
 
@@ -540,13 +554,28 @@ void DiskTier::evict_loop() {
     for (;;) {
         m_wake.wait_for(lock, std::chrono::seconds(1), [this, stuck] {
             return m_stop || m_small_map_full.load(std::memory_order_relaxed) ||
+                   (scan_complete() && m_salvage_job && !m_salvage_held) ||
                    (!stuck && scan_complete() && size_bytes() > m_options.max_size);
         });
         stuck = false;
         if (m_stop) {
             return;
         }
+        // A quarantined store is salvaged once the index knows every file.
+        std::optional<QuarantinedStore> salvage;
+        if (scan_complete() && !m_salvage_held) {
+            salvage = std::exchange(m_salvage_job, std::nullopt);
+            m_salvage_running = salvage.has_value();
+        }
         lock.unlock();
+        if (salvage) {
+            salvage_small(*salvage);
+            {
+                std::lock_guard done(m_mutex);
+                m_salvage_running = false;
+            }
+            m_wake.notify_all();
+        }
         flush_touches();
         // A full LMDB map: make room for a quarter of what it holds.
         std::uint64_t goal = target;

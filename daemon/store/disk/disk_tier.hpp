@@ -146,6 +146,11 @@ public:
 
     // Blocks until the startup scan has finished (for tests and tools).
     void wait_for_scan();
+    // Blocks until no salvage of a quarantined small-entry store is pending
+    // or running (tests and tools). Salvage waits for the startup scan.
+    void wait_for_salvage();
+    // Tests: while held, a quarantined store waits to be salvaged.
+    void hold_salvage(bool held);
 
     // Async mode: blocks until the writes queued before the call are done.
     void wait_for_writes();
@@ -206,6 +211,10 @@ private:
     std::uint64_t evict_small(std::vector<DiskIndex::Victim>& victims);
     // Compacts small.mdb when its free pages push the tier over max_size.
     void compact_if_needed(bool at_startup);
+    // Puts back what can be read of a quarantined small-entry store and was
+    // not changed since (docs/architecture.md, "Salvage"); the evictor's
+    // thread runs it.
+    void salvage_small(const QuarantinedStore& quarantined);
     // The stripe locks of `ids`, taken in order.
     std::vector<std::unique_lock<std::mutex>> lock_stripes(std::span<const Hash128> ids);
     std::mutex& stripe(const Hash128& id) { return m_stripes[id.low % m_stripes.size()]; }
@@ -242,6 +251,14 @@ private:
     std::vector<std::pair<std::string, Hash128>> m_touched; // small entries read since the flush
     std::atomic<bool> m_migration_done{false};
     std::atomic<bool> m_small_map_full{false}; // a write hit MDB_MAP_FULL: evict
+    // A quarantined store to salvage, and whether a salvage runs (m_mutex).
+    std::optional<QuarantinedStore> m_salvage_job;
+    bool m_salvage_running = false;
+    bool m_salvage_held = false;
+    // Held by a salvage while it checks, writes and records a batch, and by
+    // clear() for its small entries: a batch is never written after a CLEAR
+    // of its namespace and recorded before the CLEAR forgets that namespace.
+    std::mutex m_salvage_mutex;
     // small.mdb's size after the last compaction minus the small entries'
     // charges: what the estimate missed, charged on top of it.
     std::atomic<std::uint64_t> m_small_overhead{0};

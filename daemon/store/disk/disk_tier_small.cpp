@@ -12,6 +12,7 @@
 
 #include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/disk/disk_file.hpp"
+#include "daemon/store/disk/disk_small_salvage.hpp"
 #include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
@@ -25,6 +26,9 @@ namespace {
 
 constexpr std::size_t k_touch_limit = 100'000; // noted accesses kept between flushes
 constexpr std::size_t k_migrate_batch = 256;
+constexpr std::size_t k_salvage_batch_bytes = std::size_t{4} << 20U;
+// The access time salvaged entries get: the oldest, where the index puts them.
+constexpr UnixMs k_salvaged_atime_ms = 1;
 constexpr std::uint64_t k_page = 4096;
 constexpr std::uint64_t k_min_map_size = 64ULL << 20;
 
@@ -86,9 +90,14 @@ void DiskTier::open_small_store() {
         return;
     }
     m_small = std::move(*opened);
-    m_small->set_on_quarantine([this] {
+    m_small->set_on_quarantine([this](const QuarantinedStore& quarantined) {
         m_stats.daemon().small_store_recoveries.fetch_add(1, std::memory_order_relaxed);
-        m_index.erase_all_small();
+        m_index.erase_all_small(quarantined.generation);
+        {
+            std::lock_guard lock(m_mutex);
+            m_salvage_job = quarantined;
+        }
+        m_wake.notify_all();
     });
 }
 
@@ -442,6 +451,86 @@ void DiskTier::compact_if_needed(bool at_startup) {
     measure_overhead();
     logger().info("compacted {}: {} -> {} bytes in {} ms", m_small->path(), file,
                   m_small->file_bytes(), took.count());
+}
+
+void DiskTier::salvage_small(const QuarantinedStore& quarantined) {
+    const auto started = std::chrono::steady_clock::now();
+    auto opened = SmallSalvage::open(quarantined.path, quarantined.txnid,
+                                     static_cast<std::size_t>(m_options.small_entry_max));
+    if (!opened) {
+        m_index.end_salvage(quarantined.generation);
+        logger().error("cannot salvage the entries of {}: {}", quarantined.path, opened.error());
+        return;
+    }
+    SmallSalvage& salvage = **opened;
+    std::uint64_t restored = 0;
+    std::uint64_t broken = 0;
+    std::string stopped;
+    while (stopped.empty() && !m_stop_requested.load(std::memory_order_relaxed)) {
+        const std::vector<SalvagedRecord> records = salvage.next(k_salvage_batch_bytes);
+        if (records.empty()) {
+            break;
+        }
+        // Verified as a read verifies them: checksum, lengths, and the
+        // namespace and key that the record's key names.
+        const UnixMs now = now_ms();
+        std::vector<const SalvagedRecord*> good;
+        for (const SalvagedRecord& record : records) {
+            const auto decoded = decode(std::span<const std::byte>(record.bytes));
+            if (!decoded || decoded->ns != record.ns || !is_valid_namespace(decoded->ns) ||
+                entry_hash(decoded->ns, decoded->key) != record.id) {
+                ++broken;
+                continue;
+            }
+            if (!decoded->entry.expired(now) && routes_small(record.bytes.size())) {
+                good.push_back(&record);
+            }
+        }
+        std::vector<Hash128> ids;
+        for (const SalvagedRecord* record : good) {
+            ids.push_back(record->id);
+        }
+        const auto locks = lock_stripes(ids);
+        std::lock_guard salvage_lock(m_salvage_mutex);
+        std::vector<SmallWrite> writes;
+        std::vector<const SalvagedRecord*> written;
+        for (const SalvagedRecord* record : good) {
+            // Put, erased, evicted or cleared since the quarantine: the index
+            // knows better.
+            if (m_index.salvage_wanted(quarantined.generation, record->ns, record->id)) {
+                writes.push_back(SmallWrite{record->ns,
+                                            record->id,
+                                            {std::span<const std::byte>(record->bytes), {}, {}},
+                                            k_salvaged_atime_ms});
+                written.push_back(record);
+            }
+        }
+        if (writes.empty()) {
+            continue;
+        }
+        if (m_small->generation() != quarantined.generation) {
+            stopped = "the store was replaced again";
+            break;
+        }
+        if (auto done = m_small->write(writes, now); !done) {
+            stopped = std::move(done.error().message);
+            break;
+        }
+        for (const SalvagedRecord* record : written) {
+            m_index.record_salvaged(quarantined.generation, record->ns, record->id,
+                                    small_charge(record->bytes.size()));
+        }
+        restored += written.size();
+    }
+    m_index.end_salvage(quarantined.generation);
+    m_stats.daemon().small_store_salvaged.fetch_add(restored, std::memory_order_relaxed);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    logger().warn("salvaged {} of the {} entries of {} in {} ms ({} failed verification){}{}",
+                  restored, salvage.entries(), quarantined.path, took.count(), broken,
+                  salvage.damage().empty() ? "" : "; unreadable part: " + salvage.damage(),
+                  stopped.empty() ? "" : "; stopped: " + stopped);
+    wake_evictor_if_needed();
 }
 
 void DiskTier::wait_for_migration() {

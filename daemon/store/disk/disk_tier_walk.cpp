@@ -419,6 +419,7 @@ tl::expected<std::uint64_t, StoreError> DiskTier::clear(std::string_view ns) {
         }
     }
     if (m_small) {
+        std::lock_guard salvage_lock(m_salvage_mutex);
         auto cleared = m_small->clear(ns);
         if (!cleared) {
             return tl::make_unexpected(StoreError{Failure::io, std::move(cleared.error())});

@@ -19,12 +19,15 @@
 #include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/disk/fault_guard.hpp"
 #include "tests/daemon/store/helpers.hpp"
+#include "tests/daemon/store/small_damage.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 using namespace pt2cache::daemon::store;
+using pt2cache::tests::Damage;
+using pt2cache::tests::damage_leaves_holding;
 using pt2cache::tests::make_entry;
 using pt2cache::tests::TempDir;
 namespace fs = std::filesystem;
@@ -77,61 +80,6 @@ void check_fresh_store_works(SmallStore& store, bool compact) {
     REQUIRE(read);
     REQUIRE(*read);
     CHECK((*read)->size() == value.size());
-}
-
-enum class Damage {
-    not_a_leaf,   // marked an overflow page: a search reaching it finds no leaf
-    keys_swapped, // its first two nodes swapped: keys out of order
-};
-
-// Damages each leaf page of the file that holds the key `needle`. LMDB's page
-// header: page number (8 bytes), pad (2), flags (2), lower and upper bounds
-// of its free space (2 + 2), then the nodes' offsets; a node: data size (4),
-// flags (2), key size (2), key. LMDB answers MDB_CORRUPTED on such a page
-// (reads; an assertion fails in a cursor's walk onto a page that is no
-// leaf), it does not fault. How many pages it damaged (a page's free space
-// is left as LMDB found it, so only keys in nodes count).
-int damage_leaves_holding(const fs::path& path, std::string_view needle, Damage damage) {
-    constexpr std::size_t page = 4096;
-    constexpr std::uint16_t leaf = 0x02;
-    constexpr std::uint16_t overflow = 0x04;
-    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
-    REQUIRE(file);
-    const std::vector<char> bytes{std::istreambuf_iterator<char>(file), {}};
-    const auto u16 = [&](std::size_t at) {
-        std::uint16_t value = 0;
-        std::memcpy(&value, &bytes[at], sizeof value);
-        return value;
-    };
-    int marked = 0;
-    for (std::size_t at = 0; at + page <= bytes.size(); at += page) {
-        std::uint64_t number = 0;
-        std::memcpy(&number, &bytes[at], sizeof number);
-        if (number != at / page || u16(at + 10) != leaf || u16(at + 12) > page) {
-            continue;
-        }
-        bool holds = false;
-        for (std::size_t slot = at + 16; slot + 2 <= at + u16(at + 12); slot += 2) {
-            const std::size_t node = at + u16(slot);
-            const std::size_t key_size = u16(node + 6);
-            holds = holds || (node + 8 + key_size <= at + page &&
-                              std::string_view(&bytes[node + 8], key_size) == needle);
-        }
-        if (holds && damage == Damage::not_a_leaf) {
-            file.seekp(static_cast<std::streamoff>(at + 10));
-            file.write(reinterpret_cast<const char*>(&overflow), sizeof overflow);
-            ++marked;
-        } else if (holds && u16(at + 12) >= 20) {
-            const std::array<char, 4> swapped = {bytes[at + 18], bytes[at + 19], bytes[at + 16],
-                                                 bytes[at + 17]};
-            file.seekp(static_cast<std::streamoff>(at + 16));
-            file.write(swapped.data(), swapped.size());
-            ++marked;
-        }
-    }
-    file.flush();
-    REQUIRE(file);
-    return marked;
 }
 
 } // namespace
@@ -201,8 +149,10 @@ TEST_CASE("a small.mdb that faults on read is quarantined and replaced", "[store
     CHECK(stats.daemon().small_store_recoveries == recoveries + 1);
     CHECK(fs::exists(dir.path() / "small.mdb.broken"));
     CHECK(fs::file_size(dir.path() / "small.mdb.broken") == 2 * 4096);
-    // The index forgot the small entries (they went with the file); the
-    // large entry stays and is served.
+    // The index forgot the small entries (they went with the file: the meta
+    // pages left hold none to salvage); the large entry stays and is served.
+    tier.wait_for_salvage();
+    CHECK(stats.daemon().small_store_salvaged == 0);
     CHECK(tier.count() == count_before - 200);
     auto large = tier.get("fx", "large");
     REQUIRE(large);
@@ -227,7 +177,7 @@ TEST_CASE("a fault while loading the meta records quarantines the store once",
     const std::string path = (dir.path() / "small.mdb").string();
     auto store = store_of_100(path);
     int called = 0;
-    store->set_on_quarantine([&] { ++called; });
+    store->set_on_quarantine([&](const QuarantinedStore& /*quarantined*/) { ++called; });
 
     truncate_to_meta_pages(path);
     std::size_t records = 0;
@@ -254,7 +204,7 @@ TEST_CASE("a fault while compacting quarantines the store, which works on",
     const std::string path = (dir.path() / "small.mdb").string();
     auto store = store_of_100(path);
     int called = 0;
-    store->set_on_quarantine([&] { ++called; });
+    store->set_on_quarantine([&](const QuarantinedStore& /*quarantined*/) { ++called; });
     bool mid_copy = false;
     int during = 0;
     std::uintmax_t size_during = 0;
@@ -361,7 +311,7 @@ TEST_CASE("a store LMDB reports corrupt is quarantined as if it had faulted",
     }
     REQUIRE(store.write(writes, 1));
     int called = 0;
-    store.set_on_quarantine([&] { ++called; });
+    store.set_on_quarantine([&](const QuarantinedStore& /*quarantined*/) { ++called; });
     const auto hash = entry_hash("pgo", "k200");
     const std::string needle = small_lmdb::make_key("pgo", hash);
 
@@ -402,32 +352,4 @@ TEST_CASE("a store LMDB reports corrupt is quarantined as if it had faulted",
     CHECK(fs::exists(path + ".broken"));
     check_fresh_store_works(store, true);
     CHECK(store.quarantines() == 1);
-}
-
-TEST_CASE("a small entry on a page LMDB reports corrupt is a counted corrupt miss",
-          "[store][disk][small]") {
-    TempDir dir;
-    Stats stats;
-    DiskTier tier(dir.path(), sync_small_options(), stats);
-    for (int i = 0; i < 200; ++i) {
-        REQUIRE(tier.put("pgo", fmt::format("k{}", i), make_entry(std::string(100, 'x'))));
-    }
-    REQUIRE(tier.small_store() != nullptr);
-    const std::uint64_t count_before = tier.count();
-    const auto hash = entry_hash("pgo", "k100");
-    REQUIRE(damage_leaves_holding(dir.path() / "small.mdb", small_lmdb::make_key("pgo", hash),
-                                  Damage::not_a_leaf) == 2);
-
-    auto got = tier.get("pgo", "k100");
-    REQUIRE(got);
-    CHECK_FALSE(*got);
-    CHECK(stats.tier("pgo", TierId::disk).corrupt == 1);
-    CHECK(tier.small_store()->quarantines() == 1);
-    CHECK(stats.daemon().small_store_recoveries == 1);
-    CHECK(tier.count() == count_before - 200);
-    REQUIRE(tier.put("pgo", "k100", make_entry("fresh")));
-    auto fresh = tier.get("pgo", "k100");
-    REQUIRE(fresh);
-    REQUIRE(*fresh);
-    CHECK((*fresh)->value.text() == "fresh");
 }
