@@ -4,9 +4,13 @@
 // (docs/architecture.md, "Salvage").
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "daemon/store/disk/disk_layout.hpp"
 #include "daemon/store/disk/disk_small_lmdb.hpp"
@@ -150,6 +154,62 @@ TEST_CASE("salvage brings back nothing changed since the quarantine", "[store][d
     CHECK(salvaged >= 250);
     CHECK(salvaged <= 297);
     CHECK(tier.count() == salvaged + 1);
+}
+
+TEST_CASE("salvage running beside puts, removes and a CLEAR leaves each change standing",
+          "[store][disk][small][concurrency]") {
+    constexpr int k_keys = 600;
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), small_sync_options(), stats);
+    tier.wait_for_scan();
+    put_values(tier, "pgo", k_keys);
+    put_values(tier, "tune", 100);
+    tier.hold_salvage(true);
+    quarantine_by_reading(tier, dir.path(), stats, 300);
+
+    // The last change of each key the changer touched: its value, or a miss.
+    std::map<int, std::optional<std::string>> changed;
+    int failed = 0; // Catch's assertions are for the test's own thread
+    std::thread changer([&] {
+        std::mt19937 random(7);
+        for (int step = 0; step < 300; ++step) {
+            if (step == 30) {
+                tier.hold_salvage(false); // the salvage runs from here on
+            }
+            if (step == 150) {
+                failed += tier.clear("tune") ? 0 : 1;
+            }
+            const int i = static_cast<int>(random() % k_keys);
+            const std::string key = fmt::format("k{}", i);
+            if (random() % 2 == 0) {
+                const std::string value = fmt::format("step {}", step);
+                failed += tier.put("pgo", key, make_entry(value)) ? 0 : 1;
+                changed[i] = value;
+            } else {
+                failed += tier.remove("pgo", key) ? 0 : 1;
+                changed[i] = std::nullopt;
+            }
+        }
+    });
+    changer.join();
+    REQUIRE(failed == 0);
+    tier.wait_for_salvage();
+
+    std::uint64_t untouched_hits = 0;
+    for (int i = 0; i < k_keys; ++i) {
+        auto got = tier.get("pgo", fmt::format("k{}", i));
+        REQUIRE(got);
+        const auto value = *got ? std::optional((*got)->value.text()) : std::nullopt;
+        if (const auto it = changed.find(i); it != changed.end()) {
+            CHECK(value == it->second);
+        } else if (value) {
+            CHECK(*value == value_of("pgo", i)); // salvaged
+            ++untouched_hits;
+        }
+    }
+    CHECK(untouched_hits > 0);
+    CHECK(count_hits(tier, "tune", 100) == 0);
 }
 
 TEST_CASE("a quarantined file is salvaged only as the store last committed it",
