@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <lmdb.h>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -20,8 +21,30 @@ namespace {
 // No lock file: nothing else opens small.mdb.broken, and the file is only read.
 constexpr unsigned k_salvage_flags = MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS;
 
+// Seeking past damage: the id space of a namespace in this many steps.
+constexpr std::uint64_t k_seek_step = std::uint64_t{1} << 52U; // 2^64 / 4096
+constexpr std::uint64_t k_max_faults = 64;                     // each leaves an environment behind
+constexpr std::uint64_t k_max_skips = 100'000;
+
 std::string_view view_of(const MDB_val& value) {
     return {static_cast<const char*>(value.mv_data), value.mv_size};
+}
+
+// The next step of the id space after `from` (a key or a seek position):
+// the next namespace when past the last step; nullopt when `from` names no
+// id (nothing to step from).
+std::optional<std::string> next_step(const std::string& from) {
+    std::string_view ns;
+    Hash128 id;
+    if (!split_key(val_of(from), ns, id)) {
+        return std::nullopt;
+    }
+    if (id.high >= UINT64_MAX - k_seek_step) {
+        return std::string(ns) + '\x01'; // sorts after every key of `ns`
+    }
+    Hash128 next;
+    next.high = (id.high / k_seek_step + 1) * k_seek_step;
+    return make_key(ns, next);
 }
 
 } // namespace
@@ -95,8 +118,25 @@ tl::expected<void, std::string> SmallSalvage::open_env() {
     return {};
 }
 
-void SmallSalvage::stop(std::string why) {
-    m_damage += m_damage.empty() ? why : "; " + why;
+void SmallSalvage::damaged(std::string why, bool faulted) {
+    m_faults += faulted ? 1 : 0;
+    const bool first = m_damage.empty();
+    if (first) {
+        m_damage = why;
+    }
+    if (m_phase == Phase::forward && m_faults < k_max_faults && m_skips < k_max_skips) {
+        // From the furthest point reached: the last seek, when it failed
+        // before returning a key past it.
+        const std::string& from = m_forward_seek > m_forward_last ? m_forward_seek : m_forward_last;
+        if (auto next = next_step(from)) {
+            ++m_skips;
+            m_forward_seek = std::move(*next);
+            return;
+        }
+    }
+    if (!first) {
+        m_damage += "; " + why;
+    }
     m_phase = m_phase == Phase::forward ? Phase::backward : Phase::done;
 }
 
@@ -119,7 +159,7 @@ void SmallSalvage::walk(std::vector<SalvagedRecord>& out, std::size_t max_bytes)
     int rc = 0;
     Txn txn(m_env->env, true, rc);
     if (rc != 0) {
-        stop(fmt::format("mdb_txn_begin: {}", mdb_text(rc)));
+        damaged(fmt::format("mdb_txn_begin: {}", mdb_text(rc)), false);
         return;
     }
     const bool forward = m_phase == Phase::forward;
@@ -137,7 +177,10 @@ void SmallSalvage::walk(std::vector<SalvagedRecord>& out, std::size_t max_bytes)
             return mdb_cursor_get(cursor.get(), &key, &value, op);
         };
         // Positioned on the first key not returned yet.
-        if (last.empty()) {
+        if (forward && !m_forward_seek.empty()) {
+            key = val_of(m_forward_seek);
+            rc = get(MDB_SET_RANGE);
+        } else if (last.empty()) {
             rc = get(forward ? MDB_FIRST : MDB_LAST);
         } else {
             key = val_of(last);
@@ -167,6 +210,9 @@ void SmallSalvage::walk(std::vector<SalvagedRecord>& out, std::size_t max_bytes)
                 bytes += value.mv_size;
             }
             last = view_of(key);
+            if (forward) {
+                m_forward_seek.clear(); // past it
+            }
         }
     };
     if (!run_guarded(body)) {
@@ -175,14 +221,16 @@ void SmallSalvage::walk(std::vector<SalvagedRecord>& out, std::size_t max_bytes)
         txn.forget();
         keep_abandoned(m_env.release());
         out.resize(kept);
-        stop(
-            fmt::format("walking {}: LMDB faulted on its pages", forward ? "forward" : "backward"));
+        damaged(
+            fmt::format("walking {}: LMDB faulted on its pages", forward ? "forward" : "backward"),
+            true);
         return;
     }
     if (rc == MDB_NOTFOUND) {
         m_phase = Phase::done; // every record read, or the two walks met
     } else if (rc != 0) {
-        stop(fmt::format("walking {}: {}", forward ? "forward" : "backward", mdb_text(rc)));
+        damaged(fmt::format("walking {}: {}", forward ? "forward" : "backward", mdb_text(rc)),
+                false);
     }
 }
 

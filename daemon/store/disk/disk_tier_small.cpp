@@ -528,7 +528,9 @@ void DiskTier::salvage_small(const QuarantinedStore& quarantined) {
         std::chrono::steady_clock::now() - started);
     logger().warn("salvaged {} of the {} entries of {} in {} ms ({} failed verification){}{}",
                   restored, salvage.entries(), quarantined.path, took.count(), broken,
-                  salvage.damage().empty() ? "" : "; unreadable part: " + salvage.damage(),
+                  salvage.damage().empty() ? ""
+                                           : fmt::format("; damage ({} seeks past it): {}",
+                                                         salvage.skips(), salvage.damage()),
                   stopped.empty() ? "" : "; stopped: " + stopped);
     wake_evictor_if_needed();
 }
