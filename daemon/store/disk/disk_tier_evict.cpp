@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+// DiskTier's background thread: eviction under max_size (both stores, one
+// LRU), compaction of small.mdb, the flush of small entries' access times
+// and the salvage of a quarantined small-entry store.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <optional>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "daemon/store/disk/disk_tier.hpp"
+#include "daemon/store/disk/posix_file.hpp"
+#include "daemon/store/log.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+namespace {
+
+constexpr std::size_t k_evict_batch = 256; // small entries deleted per LMDB transaction
+
+} // namespace
+
+void DiskTier::wait_for_salvage() {
+    std::unique_lock lock(m_mutex);
+    m_wake.wait(lock, [this] { return m_stop || (!m_salvage_job && !m_salvage_running); });
+}
+
+void DiskTier::hold_salvage(bool held) {
+    {
+        std::lock_guard lock(m_mutex);
+        m_salvage_held = held;
+    }
+    m_wake.notify_all();
+}
+
+void DiskTier::wake_evictor_if_needed() {
+    if (size_bytes() <= m_options.max_size) {
+        return;
+    }
+    // Taking the mutex orders this wake-up after the evictor's predicate
+    // check, so it cannot be lost.
+    { std::lock_guard lock(m_mutex); }
+    m_wake.notify_all();
+}
+
+void DiskTier::evict_loop() {
+    const std::uint64_t target = m_options.max_size / 10 * 9;
+    // What eviction can lower: the files' blocks and the small entries'
+    // estimated pages, plus what the last compaction showed the estimate
+    // misses. Deleting scattered entries frees few whole LMDB pages, so the
+    // file's own size is brought down by compaction instead.
+    const auto in_use = [this] {
+        return m_index.total_bytes() + m_small_overhead.load(std::memory_order_relaxed);
+    };
+    // After a pass that could not get under max_size (say, LMDB's fixed
+    // pages alone exceed a tiny bound), the next waits for the timeout.
+    bool stuck = false;
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+        m_wake.wait_for(lock, std::chrono::seconds(1), [this, stuck] {
+            return m_stop || m_small_map_full.load(std::memory_order_relaxed) ||
+                   (scan_complete() && m_salvage_job && !m_salvage_held) ||
+                   (!stuck && scan_complete() && size_bytes() > m_options.max_size);
+        });
+        stuck = false;
+        if (m_stop) {
+            return;
+        }
+        // A quarantined store is salvaged once the index knows every file.
+        std::optional<QuarantinedStore> salvage;
+        if (scan_complete() && !m_salvage_held) {
+            salvage = std::exchange(m_salvage_job, std::nullopt);
+            m_salvage_running = salvage.has_value();
+        }
+        lock.unlock();
+        if (salvage) {
+            salvage_small(*salvage);
+            {
+                std::lock_guard done(m_mutex);
+                m_salvage_running = false;
+            }
+            m_wake.notify_all();
+        }
+        flush_touches();
+        // A full LMDB map: make room for a quarter of what it holds.
+        std::uint64_t goal = target;
+        if (m_small_map_full.exchange(false) && m_small) {
+            const std::uint64_t now_used = in_use();
+            goal = std::min(goal, now_used - std::min(now_used, m_index.small_bytes() / 4));
+        } else if (!scan_complete() || size_bytes() <= m_options.max_size) {
+            lock.lock();
+            continue;
+        }
+        std::uint64_t files = 0;
+        std::uint64_t small = 0;
+        std::vector<DiskIndex::Victim> small_victims;
+        while (!m_stop_requested.load(std::memory_order_relaxed) && in_use() > goal) {
+            auto victim = m_index.pop_least_recent();
+            if (!victim) {
+                break;
+            }
+            if (victim->small) {
+                small_victims.push_back(std::move(*victim));
+                if (small_victims.size() >= k_evict_batch) {
+                    small += evict_small(small_victims);
+                }
+                continue;
+            }
+            const std::string path = m_layout.entry_path(victim->ns, victim->id.hex());
+            if (::unlink(path.c_str()) == 0) {
+                ++files;
+                m_stats.tier(victim->ns, TierId::disk)
+                    .evictions.fetch_add(1, std::memory_order_relaxed);
+            } else if (errno != ENOENT) {
+                logger().warn("cannot evict {}: {}", path, errno_text(errno));
+            }
+        }
+        small += evict_small(small_victims);
+        compact_if_needed(false);
+        stuck = size_bytes() > m_options.max_size;
+        logger().debug("evicted {} files and {} small entries, {} bytes left", files, small,
+                       size_bytes());
+        lock.lock();
+    }
+}
+
+} // namespace pt2cache::daemon::store
