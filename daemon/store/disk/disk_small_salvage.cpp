@@ -59,11 +59,10 @@ tl::expected<std::unique_ptr<SmallSalvage>, std::string>
 SmallSalvage::open(const std::string& path, std::uint64_t txnid, std::size_t max_value) {
     install_fault_handlers();
     std::unique_ptr<SmallSalvage> salvage(new SmallSalvage(path, max_value));
-    std::uint64_t found_txnid = 0;
     if (auto opened = salvage->open_env(); !opened) {
         return tl::make_unexpected(std::move(opened.error()));
     }
-    found_txnid = salvage->m_env->last_txnid.load();
+    const std::uint64_t found_txnid = salvage->m_env->last_txnid.load();
     if (found_txnid != txnid) {
         return tl::make_unexpected(
             fmt::format("{} holds transaction {}, not {}, the last one the store committed", path,

@@ -467,6 +467,10 @@ void DiskTier::salvage_small(const QuarantinedStore& quarantined) {
     std::uint64_t broken = 0;
     std::string stopped;
     while (stopped.empty() && !m_stop_requested.load(std::memory_order_relaxed)) {
+        if (m_small->generation() != quarantined.generation) {
+            stopped = "the store was replaced again"; // its own salvage follows
+            break;
+        }
         const std::vector<SalvagedRecord> records = salvage.next(k_salvage_batch_bytes);
         if (records.empty()) {
             break;
@@ -507,10 +511,6 @@ void DiskTier::salvage_small(const QuarantinedStore& quarantined) {
         }
         if (writes.empty()) {
             continue;
-        }
-        if (m_small->generation() != quarantined.generation) {
-            stopped = "the store was replaced again";
-            break;
         }
         if (auto done = m_small->write(writes, now); !done) {
             stopped = std::move(done.error().message);
