@@ -284,7 +284,9 @@ TEST_CASE("a quarantined file is salvaged only as the store last committed it",
     SECTION("another transaction than the store's last") {
         auto salvage = SmallSalvage::open(quarantined.path, quarantined.txnid - 1, 16 << 10);
         REQUIRE_FALSE(salvage);
-        CHECK(salvage.error().find("not") != std::string::npos);
+        const std::string expected =
+            fmt::format("holds transaction {}, not {}", quarantined.txnid, quarantined.txnid - 1);
+        CHECK_THAT(salvage.error(), Catch::Contains(expected));
     }
     SECTION("truncated: the walk faults, and stops") {
         fs::resize_file(quarantined.path, fs::file_size(quarantined.path) / 2);
