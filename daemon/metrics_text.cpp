@@ -162,35 +162,40 @@ void write_fields(Writer& writer, const nlohmann::json& object, std::span<const 
     }
 }
 
+// One histogram's samples (its family written before): buckets at powers of
+// two of nanoseconds, in seconds.
+void write_histogram(Writer& writer, std::string_view name, const Labels& labels,
+                     const store::latency::Snapshot& snapshot) {
+    const std::string bucket = fmt::format("{}_bucket", name);
+    for (int e = k_first_bound_exponent; e <= store::latency::k_max_exponent; ++e) {
+        const std::uint64_t bound = std::uint64_t{1} << e;
+        const auto le = fmt::format("{}", static_cast<double>(bound) / 1e9);
+        writer.sample(bucket, labels, snapshot.count_at_most(bound - 1), "le", le);
+    }
+    const auto total = snapshot.count();
+    writer.sample(bucket, labels, total, "le", "+Inf");
+    writer.sample(fmt::format("{}_sum", name), labels, static_cast<double>(snapshot.sum_ns) / 1e9);
+    writer.sample(fmt::format("{}_count", name), labels, total);
+}
+
 void write_latency(Writer& writer, const std::vector<store::LatencySeries>& latency) {
     constexpr std::string_view name = "pt2cache_request_duration_seconds";
     writer.family(name, "histogram",
                   "Time from a request's start to its reply being queued, by operation, the "
                   "tier that answered (none: a miss or not a lookup) and namespace");
-    const std::string bucket = fmt::format("{}_bucket", name);
-    const std::string sum = fmt::format("{}_sum", name);
-    const std::string count = fmt::format("{}_count", name);
     for (const auto& series : latency) {
         const Labels labels = {{"op", store::latency_op_name(series.op)},
                                {"tier", store::latency_tier_name(series.tier)},
                                {"ns", series.ns}};
-        const auto& snapshot = series.snapshot;
-        for (int e = k_first_bound_exponent; e <= store::latency::k_max_exponent; ++e) {
-            const std::uint64_t bound = std::uint64_t{1} << e;
-            const auto le = fmt::format("{}", static_cast<double>(bound) / 1e9);
-            writer.sample(bucket, labels, snapshot.count_at_most(bound - 1), "le", le);
-        }
-        const auto total = snapshot.count();
-        writer.sample(bucket, labels, total, "le", "+Inf");
-        writer.sample(sum, labels, static_cast<double>(snapshot.sum_ns) / 1e9);
-        writer.sample(count, labels, total);
+        write_histogram(writer, name, labels, series.snapshot);
     }
 }
 
 } // namespace
 
 std::string render_prometheus(const nlohmann::json& report,
-                              const std::vector<store::LatencySeries>& latency) {
+                              const std::vector<store::LatencySeries>& latency,
+                              const store::latency::Snapshot& small_store_writes) {
     std::string out;
     out.reserve(16 * 1024);
     Writer writer(out);
@@ -247,6 +252,13 @@ std::string render_prometheus(const nlohmann::json& report,
     }
 
     write_fields(writer, report.value("daemon", nlohmann::json::object()), k_daemon_fields);
+    if (summary.value("disk", nlohmann::json::object()).contains("small_store_writes")) {
+        constexpr std::string_view name = "pt2cache_small_store_write_seconds";
+        writer.family(name, "histogram",
+                      "Time each transaction writing put entries into small.mdb took, its "
+                      "commit's fdatasync included");
+        write_histogram(writer, name, {}, small_store_writes);
+    }
 
     const auto remote = report.value("remote", nlohmann::json::object());
     write_fields(writer, remote, k_remote_fields);
@@ -281,7 +293,8 @@ std::string render_prometheus(const nlohmann::json& report,
 }
 
 std::string prometheus_text(Context& context) {
-    return render_prometheus(stats_report(context), context.stats.latency());
+    return render_prometheus(stats_report(context), context.stats.latency(),
+                             context.stats.daemon().small_store_writes.snapshot());
 }
 
 } // namespace pt2cache::daemon

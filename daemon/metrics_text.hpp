@@ -16,9 +16,11 @@ namespace pt2cache::daemon {
 
 struct Context;
 
-// Renders `report` (a stats_report) and the latency histograms `latency`.
+// Renders `report` (a stats_report), the latency histograms `latency` and,
+// where `report` shows a small-entry store, the times of its writes.
 std::string render_prometheus(const nlohmann::json& report,
-                              const std::vector<store::LatencySeries>& latency);
+                              const std::vector<store::LatencySeries>& latency,
+                              const store::latency::Snapshot& small_store_writes);
 
 // The whole exposition for `context`, as served.
 std::string prometheus_text(Context& context);

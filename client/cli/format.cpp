@@ -158,6 +158,18 @@ std::string render_tiers(const nlohmann::json& stats) {
                                counter(*queue, "entries"), human_bytes(counter(*queue, "bytes")),
                                human_bytes(counter(*queue, "capacity")), age);
         }
+        // How long small.mdb's write transactions take (the disk's fdatasync).
+        if (const auto writes = tier.find("small_store_writes");
+            writes != tier.end() && writes->is_object() && counter(*writes, "count") > 0) {
+            const auto ms = [&](const char* key) {
+                const auto it = writes->find(key);
+                return it != writes->end() && it->is_number() ? it->get<double>() : 0.0;
+            };
+            out += fmt::format("{:<8}  small.mdb {} writes, p50 {:.1f} ms, p99 {:.1f} ms, "
+                               "slowest {:.1f} ms\n",
+                               "", counter(*writes, "count"), ms("p50_ms"), ms("p99_ms"),
+                               ms("max_ms"));
+        }
     }
     return out;
 }

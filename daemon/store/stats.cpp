@@ -315,6 +315,7 @@ void Stats::reset() {
                           &m_remote.protocol_errors}) {
         zero(*counter);
     }
+    m_daemon.small_store_writes.reset();
     m_reset_ns.store(steady_ns(), std::memory_order_relaxed);
 }
 

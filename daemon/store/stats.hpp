@@ -131,6 +131,10 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> small_store_recoveries{0};
     // Entries of quarantined small.mdb files put back into the fresh store.
     std::atomic<std::uint64_t> small_store_salvaged{0};
+    // How long each transaction writing put entries into small.mdb took (its
+    // puts and its commit, whose fdatasync is most of it): a slow disk shows
+    // here before it shows as an old write queue.
+    latency::Histogram small_store_writes;
 };
 
 // The remote (Redis) tier's state, for STATS and `pt2cache stats`.

@@ -218,3 +218,37 @@ def test_metrics_parse_and_match_stats(daemon):
     assert info.labels["pid"] == str(stats["pid"])
     # Every family carries HELP text.
     assert all(family.documentation for family in families.values())
+
+
+def test_small_store_write_times_in_stats_metrics_and_zero(make_daemon):
+    """Each transaction writing put entries into small.mdb is timed: STATS'
+    tiers.disk.small_store_writes, `pt2cache stats`, the
+    pt2cache_small_store_write_seconds histogram; ZERO clears it."""
+    d = make_daemon("--set", "disk.write_mode=sync", sub="sync")
+    c = NativeClient(d.socket)
+    try:
+        for i in range(3):  # sync: one transaction per put
+            assert c.put(NS, b"k%d" % i, b"v" * 200) == STATUS["ok"]
+        assert c.put(NS, b"large", b"w" * 40000) == STATUS["ok"]  # a file: not counted
+    finally:
+        c.close()
+    writes = stats_json(d)["tiers"]["disk"]["small_store_writes"]
+    assert writes["count"] == 3
+    assert 0 < writes["p50_ms"] <= writes["p99_ms"] <= writes["max_ms"]
+    assert writes["sum_ms"] <= 3 * writes["max_ms"] * 1.125
+    assert "small.mdb 3 writes, p50 " in d.cli("stats", check=True).stdout.decode()
+
+    family = metrics(d)["pt2cache_small_store_write_seconds"]
+    assert family.type == "histogram"
+    assert sample_value(family, "pt2cache_small_store_write_seconds_count") == 3
+    assert sample_value(family, "pt2cache_small_store_write_seconds_sum") == \
+        pytest.approx(writes["sum_ms"] / 1e3, rel=1e-6)
+    assert sample_value(family, "pt2cache_small_store_write_seconds_bucket", le="+Inf") == 3
+
+    assert d.cli("stats", "--zero").returncode == 0
+    assert stats_json(d)["tiers"]["disk"]["small_store_writes"]["count"] == 0
+    assert "small.mdb" not in d.cli("stats", check=True).stdout.decode()
+
+    files_only = make_daemon("--set", "disk.small_entry_max=0", sub="files")
+    assert "small_store_writes" not in stats_json(files_only)["tiers"]["disk"]
+    assert "pt2cache_small_store_write_seconds" not in metrics(files_only)

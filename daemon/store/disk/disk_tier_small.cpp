@@ -5,6 +5,7 @@
 // docs/architecture.md, "Small entries in LMDB".
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <fcntl.h>
 #include <filesystem>
 #include <sys/stat.h>
@@ -159,7 +160,10 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
     if (writes.empty()) {
         return {};
     }
+    const auto started = std::chrono::steady_clock::now();
     auto written = m_small->write(writes, now_ms());
+    const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - started;
+    m_stats.daemon().small_store_writes.record(static_cast<std::uint64_t>(took.count()));
     if (!written) {
         for (const PendingWrite* write : included) {
             if (m_index.where(write->id) == false) {
