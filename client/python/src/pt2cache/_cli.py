@@ -75,6 +75,11 @@ def _counter(obj: Any, field: str) -> int:
     return int(value) if _is_number(value) else 0
 
 
+def _real(obj: Any, field: str) -> float:
+    value: Any = obj.get(field) if isinstance(obj, dict) else None
+    return float(value) if _is_number(value) else 0.0
+
+
 def _field_text(obj: Dict[str, Any], field: str, fallback: str = "?") -> str:
     value = obj.get(field)
     if value is None:
@@ -122,11 +127,15 @@ def _render_tiers(stats: Dict[str, Any]) -> str:
                 f"{human_bytes(_counter(tier, 'capacity')):>10}\n")
         queue = tier.get("write_queue")
         if isinstance(queue, dict):  # the disk tier's asynchronous write queue
-            age: Any = queue.get("oldest_age_s", 0.0)
             out += (f"{'':<8}  write queue {_counter(queue, 'entries')} entries, "
                     f"{human_bytes(_counter(queue, 'bytes'))} of "
                     f"{human_bytes(_counter(queue, 'capacity'))}, "
-                    f"oldest {float(age) if _is_number(age) else 0.0:.1f} s\n")
+                    f"oldest {_real(queue, 'oldest_age_s'):.1f} s\n")
+        writes = tier.get("small_store_writes")  # small.mdb's write transactions
+        if isinstance(writes, dict) and _counter(writes, "count") > 0:
+            out += (f"{'':<8}  small.mdb {_counter(writes, 'count')} writes, "
+                    f"p50 {_real(writes, 'p50_ms'):.1f} ms, p99 {_real(writes, 'p99_ms'):.1f} ms, "
+                    f"slowest {_real(writes, 'max_ms'):.1f} ms\n")
     return out
 
 
