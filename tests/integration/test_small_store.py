@@ -36,6 +36,8 @@ def test_small_entries_make_no_files(make_daemon):
     d.stop()
     d.start()
     conn = NativeClient(d.socket)
+    # The count comes from the index, which the startup scan fills.
+    wait_for(lambda: conn.stats()["tiers"]["disk"]["scan_complete"], what="the startup scan")
     assert conn.stats()["tiers"]["disk"]["count"] == 501
     assert conn.get("autotune", b"tune-0007") == (STATUS["ok"], small[b"tune-0007"])
     assert conn.get("autotune", b"absent") == (STATUS["miss"], b"")
