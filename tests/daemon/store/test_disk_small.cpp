@@ -255,6 +255,7 @@ TEST_CASE("a broken small value is a counted miss and sets small.mdb aside",
     put_raw(dir.path(), "pgo", "sound", encode("pgo", "sound", entry, 1ULL << 40, 1));
     DiskTier tier(dir.path(), small_options(mode), stats);
     tier.wait_for_scan();
+    tier.hold_salvage(true); // checked last: held, it cannot race the checks below
     INFO(what);
     CHECK(tier.count() == 2);
     CHECK(tier.exists("pgo", "k").value() == (what == "checksum"));
@@ -275,6 +276,12 @@ TEST_CASE("a broken small value is a counted miss and sets small.mdb aside",
     REQUIRE(*hit);
     CHECK(std::equal(entry.value.bytes().begin(), entry.value.bytes().end(),
                      (*hit)->value.bytes().begin(), (*hit)->value.bytes().end()));
+    // The salvage brings back the sound entry, not the broken one (put again).
+    tier.hold_salvage(false);
+    tier.wait_for_salvage();
+    CHECK(stats.daemon().small_store_salvaged == 1);
+    CHECK(value_of(tier, "pgo", "sound") != "<miss>");
+    CHECK(tier.count() == 2);
 }
 
 TEST_CASE("list, scan, clear and remove see both stores", "[store][disk][small]") {
