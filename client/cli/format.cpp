@@ -93,6 +93,12 @@ std::uint64_t counter(const nlohmann::json& tier, std::string_view field) {
     return it == tier.end() || !it->is_number() ? 0 : it->get<std::uint64_t>();
 }
 
+// `object[field]` as a real number, or 0 when absent or not a number.
+double real(const nlohmann::json& object, std::string_view field) {
+    const auto it = object.find(field);
+    return it == object.end() || !it->is_number() ? 0.0 : it->get<double>();
+}
+
 // `object[field]` as text, or `fallback` when absent or null.
 std::string field_text(const nlohmann::json& object, std::string_view field,
                        std::string_view fallback = "?") {
@@ -150,25 +156,18 @@ std::string render_tiers(const nlohmann::json& stats) {
         // The disk tier's asynchronous write queue.
         if (const auto queue = tier.find("write_queue");
             queue != tier.end() && queue->is_object()) {
-            const auto age_field = queue->find("oldest_age_s");
-            const double age = age_field != queue->end() && age_field->is_number()
-                                   ? age_field->get<double>()
-                                   : 0.0;
-            out += fmt::format("{:<8}  write queue {} entries, {} of {}, oldest {:.1f} s\n", "",
-                               counter(*queue, "entries"), human_bytes(counter(*queue, "bytes")),
-                               human_bytes(counter(*queue, "capacity")), age);
+            out +=
+                fmt::format("{:<8}  write queue {} entries, {} of {}, oldest {:.1f} s\n", "",
+                            counter(*queue, "entries"), human_bytes(counter(*queue, "bytes")),
+                            human_bytes(counter(*queue, "capacity")), real(*queue, "oldest_age_s"));
         }
         // How long small.mdb's write transactions take (the disk's fdatasync).
         if (const auto writes = tier.find("small_store_writes");
             writes != tier.end() && writes->is_object() && counter(*writes, "count") > 0) {
-            const auto ms = [&](const char* key) {
-                const auto it = writes->find(key);
-                return it != writes->end() && it->is_number() ? it->get<double>() : 0.0;
-            };
             out += fmt::format("{:<8}  small.mdb {} writes, p50 {:.1f} ms, p99 {:.1f} ms, "
                                "slowest {:.1f} ms\n",
-                               "", counter(*writes, "count"), ms("p50_ms"), ms("p99_ms"),
-                               ms("max_ms"));
+                               "", counter(*writes, "count"), real(*writes, "p50_ms"),
+                               real(*writes, "p99_ms"), real(*writes, "max_ms"));
         }
     }
     return out;

@@ -255,7 +255,7 @@ TEST_CASE("a broken small value is a counted miss and sets small.mdb aside",
     put_raw(dir.path(), "pgo", "sound", encode("pgo", "sound", entry, 1ULL << 40, 1));
     DiskTier tier(dir.path(), small_options(mode), stats);
     tier.wait_for_scan();
-    tier.hold_salvage(true); // checked last: held, it cannot race the checks below
+    tier.hold_salvage(true); // until the end: a salvage would put "sound" back meanwhile
     INFO(what);
     CHECK(tier.count() == 2);
     CHECK(tier.exists("pgo", "k").value() == (what == "checksum"));
