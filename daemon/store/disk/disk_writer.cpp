@@ -332,11 +332,18 @@ void DiskWriteQueue::linger_locked(std::unique_lock<std::mutex>& lock) {
     // daemon's CPU per SET. One commit per window costs a window of
     // latency, which nobody waits for (puts are acknowledged when queued,
     // reads see the queue, a flush ends the wait).
-    const auto now = Clock::now();
+    //
+    // The window runs from the last take, and on a busy queue from its
+    // oldest write if that came later: a burst after a quiet spell is
+    // gathered for a window from its first write, while a steady stream is
+    // taken once per window, and at once after a commit that took longer
+    // than one. So a write waits at most a window, or the commit before its
+    // own, and then its own commit: never a window after a slow commit too.
     auto until = m_small_taken + k_small_batch_window;
-    if (m_ready.size() >= k_busy_ready) {
-        until = std::max(until, now + k_small_batch_window);
+    if (m_ready.size() >= k_busy_ready && !m_pushes.empty()) {
+        until = std::max(until, m_pushes.front().at + k_small_batch_window);
     }
+    const auto now = Clock::now();
     if (until > now) {
         m_work.wait_until(lock, until, [&] {
             return m_stop || m_flushes > 0 || m_ready.size() >= k_max_small_batch ||

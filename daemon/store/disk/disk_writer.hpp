@@ -12,12 +12,13 @@
 //   transaction (group commit); other writes one at a time, in parallel. One
 //   writer at a time takes small entries (LMDB has one writer anyway). On a
 //   busy queue (k_busy_ready entries or more waiting when it looks) it waits
-//   up to k_small_batch_window for more first, and it takes small entries
-//   at most once per k_small_batch_window (a full batch, a flush or a
-//   shutdown ends either wait). So a steady stream of puts costs one commit
-//   (one fdatasync) per window instead of one per few dozen puts, and a put
-//   of an entry still queued replaces it instead of being written too. A
-//   queue quiet for a window is committed at once;
+//   for more until the oldest has waited k_small_batch_window, and it takes
+//   small entries at most once per k_small_batch_window (a full batch, a
+//   flush or a shutdown ends either wait). So a steady stream of puts costs
+//   one commit (one fdatasync) per window instead of one per few dozen puts,
+//   and a put of an entry still queued replaces it instead of being written
+//   too. A queue quiet for a window is committed at once, and so is a busy
+//   one after a commit longer than the window;
 // - one write per entry at a time. A newer write of an entry still
 //   queued replaces it (last write wins, counted in `coalesced`); one of an
 //   entry being written waits behind that write;
@@ -171,9 +172,9 @@ private:
     bool has_work_locked();
     // Queued bytes that make a batch worth committing without waiting more.
     std::uint64_t batch_bytes_goal() const { return std::min(k_max_batch_bytes, m_capacity / 2); }
-    // Waits for a batch worth a commit: up to k_small_batch_window on a busy
-    // queue, and until a window has passed since small entries were last
-    // taken.
+    // Waits for a batch worth a commit: until a window has passed since
+    // small entries were last taken, and on a busy queue since its oldest
+    // write was pushed.
     void linger_locked(std::unique_lock<std::mutex>& lock);
     // Moves queued writes into `batch`: small ones up to a batch's bounds,
     // or one file write.
