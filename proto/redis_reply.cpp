@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -148,6 +149,7 @@ void RedisReplyReader::deliver(RedisValue value) {
         if (m_open.empty()) {
             m_ready.push_back(std::move(value));
             m_elements = 0;
+            m_reply_bytes = 0;
             return;
         }
         auto& open = m_open.back();
@@ -192,6 +194,18 @@ void RedisReplyReader::commit(std::size_t written) {
     }
 }
 
+bool RedisReplyReader::take_reply_bytes(std::uint64_t bytes) {
+    const std::uint64_t limit =
+        m_limits.max_bulk + std::min(m_limits.max_reply_extra,
+                                     std::numeric_limits<std::uint64_t>::max() - m_limits.max_bulk);
+    if (bytes > limit - m_reply_bytes) {
+        return fail(fmt::format("reply larger than {} bytes (the largest value, {} bytes, plus {})",
+                                limit, m_limits.max_bulk, m_limits.max_reply_extra));
+    }
+    m_reply_bytes += bytes;
+    return true;
+}
+
 bool RedisReplyReader::on_length(char type, std::string_view digits) {
     const auto length = parse_int64(digits);
     const std::string_view what = type == '$' ? "bulk length" : "array length";
@@ -210,6 +224,9 @@ bool RedisReplyReader::on_length(char type, std::string_view digits) {
         if (count > m_limits.max_bulk) {
             return fail(
                 fmt::format("bulk length {} over the limit of {} bytes", count, m_limits.max_bulk));
+        }
+        if (!take_reply_bytes(count + 2)) {
+            return false;
         }
         m_bulk = RedisValue{.type = RedisValue::Type::string};
         m_filled = 0;
@@ -237,6 +254,9 @@ bool RedisReplyReader::on_line() {
     const std::string_view line = m_line;
     if (line.empty()) {
         return fail("empty reply line");
+    }
+    if (!take_reply_bytes(line.size() + 2)) {
+        return false;
     }
     const char type = line[0];
     const std::string_view rest = line.substr(1);

@@ -25,6 +25,12 @@ struct RedisReplyLimits {
     std::size_t max_line = 64 << 10;       // a header line, CRLF excluded
     unsigned max_depth = 8;                // nested arrays
     std::uint64_t max_elements = 65536;    // array elements, summed over one reply
+    // One reply as a whole (its header lines and bulk strings, nesting
+    // included) may hold at most `max_bulk` plus this much: a GET's value, or
+    // an MGET's value and its companion signature, or a CLUSTER SLOTS reply.
+    // Without it, an array of many bulks just under `max_bulk` would commit
+    // memory (and earn transfer time) without bound.
+    std::uint64_t max_reply_extra = 16ULL << 20;
 };
 
 // One reply. A bulk string's bytes are in `data`, a vector the caller can
@@ -86,6 +92,8 @@ private:
     bool fail(std::string message);
     bool on_line();
     bool on_length(char type, std::string_view digits);
+    // Adds `bytes` to the reply in progress; false when that is over the limit.
+    bool take_reply_bytes(std::uint64_t bytes);
     void deliver(RedisValue value);
     // Grows the bulk buffer so that `want` more bytes fit, by a bounded step.
     void grow_bulk(std::size_t want);
@@ -97,8 +105,9 @@ private:
     RedisValue m_bulk;  // the bulk being read; data.size() == m_filled after a commit
     std::size_t m_filled = 0;
     std::uint64_t m_bulk_left = 0;
-    std::uint64_t m_elements = 0; // announced elements in the reply in progress
-    std::vector<Open> m_open;     // arrays being filled, outermost first
+    std::uint64_t m_elements = 0;    // announced elements in the reply in progress
+    std::uint64_t m_reply_bytes = 0; // header lines and announced bulks of the reply in progress
+    std::vector<Open> m_open;        // arrays being filled, outermost first
     std::deque<RedisValue> m_ready;
     std::optional<std::string> m_error;
 };

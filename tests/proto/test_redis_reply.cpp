@@ -246,6 +246,35 @@ TEST_CASE("redis reply: depth and element limits", "[redis_reply]") {
           "array of 1 elements: over the limit of 0 elements in a reply");
 }
 
+TEST_CASE("redis reply: one reply's total size is bounded", "[redis_reply]") {
+    RedisReplyLimits limits;
+    limits.max_bulk = 10;
+    limits.max_reply_extra = 20;
+    // 30 bytes in all: "*2\r\n" (4), "$10\r\n" (5) + 12, "+abcdef\r\n" (9).
+    CHECK(one("*2\r\n$10\r\n0123456789\r\n+abcdef\r\n", limits).elements.size() == 2);
+    // One byte more: refused.
+    CHECK(error_of("*2\r\n$10\r\n0123456789\r\n+abcdefg\r\n", limits) ==
+          "reply larger than 30 bytes (the largest value, 10 bytes, plus 20)");
+    // Bulks each under max_bulk cannot add up: refused from the header, before
+    // their bytes arrive.
+    CHECK(error_of("*3\r\n$10\r\n0123456789\r\n$10\r\n", limits) ==
+          "reply larger than 30 bytes (the largest value, 10 bytes, plus 20)");
+    // Counted per reply: separate replies each get the whole allowance.
+    const auto out = read_all("$10\r\n0123456789\r\n$10\r\n0123456789\r\n", 0, limits);
+    CHECK(!out.error);
+    CHECK(out.replies.size() == 2);
+
+    // Header lines count too: statuses of 64 KiB, whatever max_bulk.
+    RedisReplyLimits small;
+    small.max_bulk = 10;
+    std::string statuses = "*1024\r\n";
+    for (int i = 0; i < 300; ++i) {
+        statuses += "+" + std::string((64 << 10) - 1, 's') + "\r\n";
+    }
+    CHECK(read_all(statuses, 0, small).error ==
+          "reply larger than 16777226 bytes (the largest value, 10 bytes, plus 16777216)");
+}
+
 TEST_CASE("redis reply: memory follows the bytes that arrived", "[redis_reply]") {
     // 500 MiB announced, 10 bytes sent: the buffer holds one small step.
     RedisReplyReader reader;

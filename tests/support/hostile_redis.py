@@ -4,8 +4,9 @@
 It answers the commands pt2cached sends to set a connection up and to probe
 (AUTH, SELECT, CLIENT SETNAME, PING) as Redis does, keeps SET values, and
 answers GET with a scripted behaviour (`HostileRedis.behaviour`, one of
-BEHAVIOURS): lying lengths, truncation, a byte-by-byte drip, silence, a close
-mid-reply, RESP3 types, an error reply, a huge array header, garbage.
+BEHAVIOURS or STREAMS): lying lengths, truncation, a byte-by-byte drip,
+silence, a close mid-reply, RESP3 types, an error reply, a huge array header,
+garbage, an array whose parts are each within the limits but not the whole.
 
 Listens on a Unix socket (`unix=PATH`) or on 127.0.0.1 with an ephemeral port
 (`port=0`); never on any other address.
@@ -77,6 +78,16 @@ BEHAVIOURS: dict[str, tuple[bytes, str]] = {
     "extra_reply": (b"$-1\r\n+OK\r\n", "hold"),
 }
 
+# GET behaviour -> (header, item, count): the header, then `item` `count`
+# times, as fast as the client reads. Each part is within the per-part limits;
+# the reply as a whole is not.
+STREAMS: dict[str, tuple[bytes, bytes, int]] = {
+    # 200 bulks of 1 MiB in one array (200 MiB).
+    "array_of_large_bulks": (b"*200\r\n", b"$1048576\r\n" + b"b" * (1 << 20) + b"\r\n", 200),
+    # 2000 statuses of 64 KiB in one array (125 MiB), whatever max_value_size.
+    "array_of_long_statuses": (b"*2000\r\n", b"+" + b"s" * ((64 << 10) - 1) + b"\r\n", 2000),
+}
+
 
 def parse_command(buffer: bytearray) -> list[bytes] | None:
     """One multibulk command from the front of `buffer` (removed), or None."""
@@ -115,6 +126,8 @@ class HostileRedis:
         self.unix = str(unix) if unix else None
         self.port = port
         self.behaviour = "normal"
+        # What AUTH and SELECT are answered with.
+        self.setup_reply = b"+OK\r\n"
         # When set: INFO says cluster_enabled:1 and CLUSTER SLOTS answers these bytes.
         self.cluster_slots: bytes | None = None
         self.values: dict[bytes, bytes] = {}
@@ -209,7 +222,9 @@ class HostileRedis:
         name = args[0].upper().decode(errors="replace") if args else ""
         with self.lock:
             self.calls[name] = self.calls.get(name, 0) + 1
-        if name in ("AUTH", "SELECT", "CLIENT"):
+        if name in ("AUTH", "SELECT"):
+            client.sendall(self.setup_reply)
+        elif name == "CLIENT":
             client.sendall(b"+OK\r\n")
         elif name == "PING":
             client.sendall(b"+PONG\r\n")
@@ -230,6 +245,17 @@ class HostileRedis:
         return True
 
     def _scripted(self, client: socket.socket, key: bytes) -> bool:
+        if self.behaviour in STREAMS:
+            head, item, count = STREAMS[self.behaviour]
+            deadline = time.monotonic() + HOLD_LIMIT
+            client.settimeout(5)
+            client.sendall(head)
+            for _ in range(count):
+                if self.stopping.is_set() or time.monotonic() > deadline:
+                    return False
+                client.sendall(item)  # OSError once the client has had enough
+            client.settimeout(0.1)
+            return True
         payload, then = BEHAVIOURS[self.behaviour]
         if then == "normal":
             client.sendall(bulk(self.values.get(key)))
@@ -254,7 +280,7 @@ def main():
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--unix", help="Unix socket path")
     where.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (0: any free one)")
-    parser.add_argument("--behaviour", choices=sorted(BEHAVIOURS), default="normal")
+    parser.add_argument("--behaviour", choices=sorted([*BEHAVIOURS, *STREAMS]), default="normal")
     options = parser.parse_args()
     server = HostileRedis(unix=options.unix, port=options.port or 0).start()
     server.behaviour = options.behaviour

@@ -144,18 +144,20 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
         }
     }
 
+    // Each answers +OK or an error; any other reply is a peer out of step.
+    const std::vector<RedisReply::Type> status{RedisReply::Type::status};
     std::vector<RedisCommand> setup;
     const std::string db = std::to_string(endpoint.db);
     if (!endpoint.password.empty()) {
         setup.push_back(endpoint.username.empty()
-                            ? RedisCommand{{"AUTH", endpoint.password}}
-                            : RedisCommand{{"AUTH", endpoint.username, endpoint.password}});
+                            ? RedisCommand{{"AUTH", endpoint.password}, status}
+                            : RedisCommand{{"AUTH", endpoint.username, endpoint.password}, status});
     }
     if (endpoint.db != 0) {
-        setup.push_back(RedisCommand{{"SELECT", db}});
+        setup.push_back(RedisCommand{{"SELECT", db}, status});
     }
     // For operators (CLIENT LIST); an ACL user may not be allowed to: ignored.
-    setup.push_back(RedisCommand{{"CLIENT", "SETNAME", "pt2cached"}});
+    setup.push_back(RedisCommand{{"CLIENT", "SETNAME", "pt2cached"}, status});
     auto replies = connection.exchange(setup, deadline + connection.m_connect_time, abort);
     if (!replies) {
         auto error = std::move(replies.error());

@@ -6,11 +6,13 @@ unaffected, and move the right counter."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from pt2harness import wait_for
 
 from hostile_cases import CASES, HostileRedis, Result, run_case, table
+from hostile_redis import STREAMS
 from remote_helpers import MISS, OK, Native, fx_key, redis_args, remote_stats
 
 OP_MS = 300
@@ -85,6 +87,51 @@ def test_max_value_size_bounds_accepted_replies(make_daemon, hostile):
     assert r.status == MISS, r
     assert r.deltas["protocol_errors"] == 1, r
     assert "bulk length 12 over the limit of 10 bytes" in d.log()
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("behaviour", list(STREAMS))
+def test_a_reply_is_bounded_as_a_whole(make_daemon, hostile, behaviour):
+    """An array of parts each within the limits (bulks up to max_value_size,
+    64 KiB statuses) is refused once the reply holds more than max_value_size
+    plus 16 MiB: memory and transfer time stay bounded."""
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, max_value_size=1 << 20),
+                    env=env)
+    peak_before = _peak_rss_kib(d.proc.pid)
+    r = run_case(d, hostile, behaviour)
+    assert r.alive, d.log()[-3000:]
+    assert r.status == MISS, r
+    assert r.latency_s < OP_MS / 1000 + MARGIN_S, r
+    assert r.deltas["protocol_errors"] == 1, r
+    assert "reply larger than 17825792 bytes" in d.log()
+    assert _peak_rss_kib(d.proc.pid) - peak_before < 64 << 10
+    assert not r.bystander_failures, r.bystander_failures
+
+
+@pytest.mark.parametrize("reply", [b":1\r\n", b"$-1\r\n", b"*0\r\n"])
+def test_auth_and_select_answered_with_another_type(make_daemon, hostile, reply):
+    """AUTH and SELECT answer +OK or an error: any other reply is a protocol
+    error, and the connection is never used (the tier answers locally)."""
+    hostile.setup_reply = reply
+    env = {"TORCHINDUCTOR_REDIS_URL": f"unix://:secret@{hostile.unix}?db=2",
+           "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS), env=env)
+    wait_for(lambda: "AUTH: unexpected" in d.log(), what="setup refused", timeout=10)
+    stats = remote_stats(d)
+    assert stats["protocol_errors"] >= 1, stats
+    assert not stats["state"].startswith("connected"), stats
+    client = Native(d.socket)
+    started = time.monotonic()
+    assert client.get("fx-graph", fx_key("setup")[1])[0] == MISS
+    assert time.monotonic() - started < OP_MS / 1000 + MARGIN_S
+    assert hostile.count("GET") == 0
 
 
 def _slots(*ranges: bytes) -> bytes:
