@@ -61,6 +61,10 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
     std::vector<std::string> expanded;
     std::vector<std::size_t> slot;
     for (std::size_t i = 0; i < names.paths.size(); ++i) {
+        if (const auto pin = cxx::pin_state(names.paths[i], request->rules)) {
+            now[i] = *pin; // a directory, not a file: nothing to hash
+            continue;
+        }
         auto path = cxx::expand_placeholders(names.paths[i], request->rules);
         if (path.find(cxx::k_placeholder_mark) != std::string::npos) {
             now[i].status = proto::FileStatus::unreadable; // a directory this invocation lacks

@@ -169,6 +169,36 @@ std::string expand_placeholders(std::string_view text, std::span<const Placehold
     return out;
 }
 
+Digest pin_digest(std::string_view directory) {
+    // Domain-separated from file contents, although a pin's path never names
+    // a file.
+    std::string text("pt2cache-cxx directory pin\n");
+    text += directory;
+    return digest_of(as_bytes(text));
+}
+
+InputRecord pin_record(const PlaceholderRule& rule) {
+    return InputRecord{.path = rule.placeholder,
+                       .status = FileStatus::ok,
+                       .size = rule.directory.size(),
+                       .hash = pin_digest(rule.directory)};
+}
+
+std::optional<FileHash> pin_state(std::string_view path, std::span<const PlaceholderRule> rules) {
+    if (!path.starts_with(k_placeholder_mark) || !path.ends_with('@') ||
+        path.find('/') != std::string_view::npos) {
+        return std::nullopt;
+    }
+    for (const auto& rule : rules) {
+        if (rule.placeholder == path) {
+            return FileHash{.status = FileStatus::ok,
+                            .size = rule.directory.size(),
+                            .hash = pin_digest(rule.directory)};
+        }
+    }
+    return FileHash{.status = FileStatus::unreadable};
+}
+
 ManifestPaths manifest_paths(const Manifest& manifest) {
     ManifestPaths out;
     std::unordered_map<std::string_view, std::size_t> seen;

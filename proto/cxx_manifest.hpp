@@ -87,6 +87,21 @@ std::string expand_placeholders(std::string_view text, std::span<const Placehold
 // it names a directory the invocation does not have.
 inline constexpr std::string_view k_placeholder_mark = "@PT2_";
 
+// A directory pin: an input record whose path is a bare placeholder
+// ("@PT2_SRCDIR@") stands for the directory that placeholder expanded to when
+// the build ran, not for a file. A build whose output or headers name a
+// rewritten directory records one, so that its variant matches only where the
+// placeholder expands to that same directory (docs/cxx.md, "Directory
+// pins"). Its status is OK, its size the directory's length and its hash
+// `pin_digest` of the directory.
+Digest pin_digest(std::string_view directory);
+InputRecord pin_record(const PlaceholderRule& rule);
+// The current state of a recorded path that is a directory pin, under this
+// invocation's `rules`: OK with the digest of the directory the placeholder
+// expands to, or unreadable when no rule has that placeholder (it can never
+// match). nullopt: `path` is not a pin (hash the file it names).
+std::optional<FileHash> pin_state(std::string_view path, std::span<const PlaceholderRule> rules);
+
 // The distinct recorded paths of a manifest's variants, in first-seen order,
 // and where each variant's inputs are in that list.
 struct ManifestPaths {

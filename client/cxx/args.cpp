@@ -113,6 +113,13 @@ constexpr std::array<std::string_view, 17> k_separate_operand = {
     "-isysroot", "--sysroot", "--param",  "-u",           "-z",
     "-e",        "-Xlinker"};
 
+// Options whose operand (joined or the next argument) is a directory or file
+// the compiler reads: their directories are rewritten (docs/cxx.md, "Path
+// rewriting").
+constexpr std::array<std::string_view, 8> k_path_operand = {
+    "-I",       "-isystem", "-idirafter",   "-iquote",
+    "-imacros", "-iprefix", "-iwithprefix", "-iwithprefixbefore"};
+
 constexpr std::array<std::string_view, 10> k_source_suffixes = {
     ".cpp", ".cc", ".cxx", ".c++", ".cp", ".C", ".CPP", ".c", ".ii", ".i"};
 constexpr std::array<std::string_view, 7> k_header_suffixes = {".h", ".hh",  ".hpp", ".hxx",
@@ -132,9 +139,55 @@ constexpr std::array<std::string_view, 11> k_linker_files = {"-Map",
                                                              "--script",
                                                              "@"};
 
-bool linker_option_ok(std::string_view option) {
-    return !starts_with_any(option, k_linker_files);
+// Linker options that add inputs or change which file a -l takes, which the
+// launcher does not follow (docs/cxx.md, "Cacheable invocations").
+constexpr std::array<std::string_view, 14> k_linker_inputs = {"-L",
+                                                              "-l",
+                                                              "--library",
+                                                              "-R",
+                                                              "--just-symbols",
+                                                              "-Y",
+                                                              "-dT",
+                                                              "--default-script",
+                                                              "--retain-symbols-file",
+                                                              "--sysroot",
+                                                              "--format",
+                                                              "--export-dynamic-symbol-list",
+                                                              "--section-ordering-file",
+                                                              "-static"};
+constexpr std::array<std::string_view, 4> k_linker_inputs_exact = {"-Bstatic", "-dn", "-non_shared",
+                                                                   "-b"};
+
+// Linker options whose operand is the next item (of -Wl, or -Xlinker).
+constexpr std::array<std::string_view, 12> k_linker_operand = {
+    "-rpath",      "-rpath-link", "-soname",        "-h", "-z", "-e", "--entry", "-u",
+    "--undefined", "-y",          "--trace-symbol", "-m"};
+
+template <std::size_t N>
+bool is_one_of(std::string_view text, const std::array<std::string_view, N>& list) {
+    return std::find(list.begin(), list.end(), text) != list.end();
 }
+
+// Checks the items passed to the linker, in order. An item that is neither an
+// option nor the operand of one is a file the key would not name.
+class LinkerItems {
+public:
+    bool ok(std::string_view item) {
+        if (m_operand) {
+            m_operand = false;
+            return true;
+        }
+        if (!item.starts_with('-') || starts_with_any(item, k_linker_files) ||
+            starts_with_any(item, k_linker_inputs) || is_one_of(item, k_linker_inputs_exact)) {
+            return false;
+        }
+        m_operand = is_one_of(item, k_linker_operand);
+        return true;
+    }
+
+private:
+    bool m_operand = false;
+};
 
 bool is_link_input(std::string_view path) {
     if (ends_with_any(path, k_link_suffixes)) {
@@ -171,6 +224,10 @@ Classification classify(std::span<const std::string> args) {
     bool shared = false;
     std::optional<std::size_t> output;
     std::string language = "none";
+    LinkerItems linker;
+    bool sysroot = false;
+    bool static_runtime = false;
+    bool other_link = false; // another linker or multilib: other directories
 
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string_view a = args[i];
@@ -198,8 +255,10 @@ Classification classify(std::span<const std::string> args) {
                 }
                 source = i;
                 source_is_header = header;
+                inv.path_args.push_back(i);
             } else if (language == "none" && is_link_input(a)) {
                 inv.link_inputs.emplace_back(a);
+                inv.path_args.push_back(i);
             } else {
                 return no("an input of unknown kind (" + std::string(a) + ")");
             }
@@ -224,6 +283,7 @@ Classification classify(std::span<const std::string> args) {
                 output = i;
                 inv.output_path = std::string(a.substr(2));
             }
+            inv.path_args.push_back(i);
             continue;
         }
         if (a == "-x" || (a.starts_with("-x") && a.size() > 2)) {
@@ -264,6 +324,9 @@ Classification classify(std::span<const std::string> args) {
             } else {
                 operand_missing = true;
             }
+            if (option != "-l") {
+                inv.path_args.push_back(i);
+            }
             taken = true;
             break;
         }
@@ -271,13 +334,17 @@ Classification classify(std::span<const std::string> args) {
             return no(std::string(a) + " without an operand");
         }
         if (taken) {
+            if (a.starts_with("-L") && (inv.library_dirs.back().starts_with('=') ||
+                                        inv.library_dirs.back().starts_with("$SYSROOT"))) {
+                return no("a library directory in the sysroot (" + std::string(a) + ")");
+            }
             continue;
         }
         if (a.starts_with("-Wl,")) {
             std::string_view rest = a.substr(4);
             while (!rest.empty()) {
                 const auto comma = rest.find(',');
-                if (!linker_option_ok(rest.substr(0, comma))) {
+                if (!linker.ok(rest.substr(0, comma))) {
                     return no("linker option " + std::string(a));
                 }
                 rest =
@@ -290,9 +357,13 @@ Classification classify(std::span<const std::string> args) {
             if (!has_next) {
                 return no(std::string(a) + " without an operand");
             }
-            if (a == "-Xlinker" && !linker_option_ok(args[i + 1])) {
+            if (a == "-Xlinker" && !linker.ok(args[i + 1])) {
                 return no("linker option " + args[i + 1]);
             }
+            if (is_one_of(a, k_path_operand)) {
+                inv.path_args.push_back(i + 1);
+            }
+            sysroot = sysroot || a == "--sysroot";
             ++i;
             continue;
         }
@@ -305,6 +376,15 @@ Classification classify(std::span<const std::string> args) {
         }
         if (a == "-static") {
             inv.static_link = true;
+        }
+        static_runtime = static_runtime || a.starts_with("-static-");
+        other_link =
+            other_link || a.starts_with("-fuse-ld=") || a == "-m32" || a == "-mx32" || a == "-m16";
+        sysroot = sysroot || a.starts_with("--sysroot=");
+        if (std::any_of(k_path_operand.begin(), k_path_operand.end(), [&](std::string_view p) {
+                return a.starts_with(p) && a.size() > p.size();
+            })) {
+            inv.path_args.push_back(i);
         }
         if (a == "-nostdlib" || a == "-nodefaultlibs") {
             inv.no_default_libs = true;
@@ -340,6 +420,17 @@ Classification classify(std::span<const std::string> args) {
     }
     if (inv.kind != Kind::shared_object && !inv.link_inputs.empty()) {
         return no("link inputs without linking");
+    }
+    // The libraries a link takes are searched for as g++ passes them to the
+    // linker; a sysroot or a statically linked runtime changes that search.
+    if (inv.kind == Kind::shared_object && sysroot) {
+        return no("a shared object linked in a sysroot");
+    }
+    if (inv.kind == Kind::shared_object && static_runtime) {
+        return no("a shared object with a static runtime library (-static-...)");
+    }
+    if (inv.kind == Kind::shared_object && other_link) {
+        return no("a shared object linked by another linker or for another multilib");
     }
     return Classification{std::move(inv), {}};
 }
@@ -410,12 +501,7 @@ std::string absolute_path(std::string_view path, std::string_view cwd) {
         if (part.empty() || part == ".") {
             continue;
         }
-        if (part == "..") {
-            if (!parts.empty()) {
-                parts.pop_back();
-            }
-            continue;
-        }
+        // ".." stays: the kernel resolves it after any symbolic link before it.
         parts.push_back(part);
     }
     std::string out;

@@ -33,6 +33,12 @@ struct Invocation {
     std::vector<std::string> libraries;
     // Object files and archives linked into a shared object.
     std::vector<std::string> link_inputs;
+    // Indices of the arguments that name input or output locations (the
+    // source, the -o operand, include and library directories, -include and
+    // -imacros files, link inputs): the only ones whose directories are
+    // rewritten. Any other argument (a -D string, -Wl,-rpath) is keyed as
+    // given: its text can end up in the output.
+    std::vector<std::size_t> path_args;
     bool uses_native = false;     // -march=native, -mtune=native or -mcpu=native
     bool debug_info = false;      // -g other than -g0: paths are kept as they are
     bool static_link = false;     // -static
@@ -89,8 +95,10 @@ using proto::cxx::k_placeholder_mark;
 PathRewriter make_rewriter(const Invocation& invocation, std::string_view cwd,
                            std::string_view cache_dir, std::string_view tmp_dir);
 
-// `path` made absolute against `cwd` and lexically normalised ("." and ".."
-// segments and repeated slashes removed).
+// `path` made absolute against `cwd`, with "." segments and repeated slashes
+// removed. ".." segments stay: "a/link/../h.h" is not "a/h.h" when `link` is
+// a symbolic link, and "@PT2_SRCDIR@/../x" must expand to the file the
+// compiler opens in the other directory.
 std::string absolute_path(std::string_view path, std::string_view cwd);
 
 // The prerequisites of a Make rule file written by -MD -MF (escaped spaces,

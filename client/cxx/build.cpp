@@ -85,6 +85,83 @@ private:
     bool m_ok = false;
 };
 
+// Marks in `named` each rule whose directory `bytes` contain.
+void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& rules,
+                std::vector<bool>& named) {
+    for (std::size_t r = 0; r < rules.size(); ++r) {
+        if (!named[r] && bytes.find(rules[r].directory) != std::string_view::npos) {
+            named[r] = true;
+        }
+    }
+}
+
+// Marks in `named` the rewritten directories an output names: an ELF object
+// or shared object outside its debug information (a __FILE__ string, an
+// assert message, a RUNPATH), any other file (a precompiled header) anywhere.
+// False when the ELF file's section table cannot be read.
+bool mark_output_names(std::span<const std::byte> file,
+                       const std::vector<PathRewriter::Rule>& rules, std::vector<bool>& named) {
+    const auto u16 = [&](std::size_t at) {
+        std::uint16_t v = 0;
+        std::memcpy(&v, file.data() + at, sizeof v);
+        return v;
+    };
+    const auto u32 = [&](std::size_t at) {
+        std::uint32_t v = 0;
+        std::memcpy(&v, file.data() + at, sizeof v);
+        return v;
+    };
+    const auto u64 = [&](std::size_t at) {
+        std::uint64_t v = 0;
+        std::memcpy(&v, file.data() + at, sizeof v);
+        return v;
+    };
+    const auto text = proto::as_text(file);
+    if (!text.starts_with("\x7f"
+                          "ELF")) {
+        mark_named(text, rules, named);
+        return true;
+    }
+    if (file.size() < 64 ||
+        !text.starts_with("\x7f"
+                          "ELF\x02\x01") ||
+        u16(58) != 64) {
+        return false; // not the 64-bit little-endian ELF this reads
+    }
+    const auto shoff = u64(40);
+    const std::uint64_t count = u16(60);
+    const std::uint64_t names = u16(62);
+    if (names >= count || shoff > file.size() || count * 64 > file.size() - shoff) {
+        return false;
+    }
+    const auto section = [&](std::uint64_t i) { return static_cast<std::size_t>(shoff + i * 64); };
+    const auto strings_at = u64(section(names) + 24);
+    const auto strings_size = u64(section(names) + 32);
+    if (strings_at > file.size() || strings_size > file.size() - strings_at) {
+        return false;
+    }
+    const auto strings = text.substr(strings_at, strings_size);
+    for (std::uint64_t i = 0; i < count; ++i) {
+        const auto at = section(i);
+        constexpr std::uint32_t k_nobits = 8;
+        const auto name_at = u32(at);
+        const auto name = name_at < strings.size()
+                              ? strings.substr(name_at, strings.find('\0', name_at) - name_at)
+                              : std::string_view();
+        if (u32(at + 4) == k_nobits || name.starts_with(".debug") || name.starts_with(".zdebug") ||
+            name.starts_with(".rela.debug")) {
+            continue;
+        }
+        const auto offset = u64(at + 24);
+        const auto size = u64(at + 32);
+        if (offset > file.size() || size > file.size() - offset) {
+            return false;
+        }
+        mark_named(text.substr(offset, size), rules, named);
+    }
+    return true;
+}
+
 std::string temp_dir() {
     const char* tmp = std::getenv("TMPDIR");
     return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
@@ -115,21 +192,14 @@ FileHash hash_file_locally(const std::string& path) {
     return hash;
 }
 
-std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts) const {
+std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts,
+                                                      bool& cacheable) const {
+    // The linker searches the -L directories in order: the invocation's, then
+    // the compiler's (LIBRARY_PATH's among them, where g++ puts them), then
+    // its own built-in ones, which are not known here.
     std::vector<std::string> dirs;
     for (const auto& dir : m_invocation.library_dirs) {
         dirs.push_back(absolute_path(dir, m_cwd));
-    }
-    // GCC passes LIBRARY_PATH's directories to the linker after the -L ones.
-    if (const char* library_path = std::getenv("LIBRARY_PATH"); library_path != nullptr) {
-        std::string_view rest = library_path;
-        while (!rest.empty()) {
-            const auto colon = rest.find(':');
-            if (const auto dir = rest.substr(0, colon); !dir.empty()) {
-                dirs.push_back(absolute_path(dir, m_cwd));
-            }
-            rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-        }
     }
     for (const auto& dir : facts.library_dirs) {
         dirs.push_back(absolute_path(dir, m_cwd));
@@ -174,6 +244,12 @@ std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts
                 break;
             }
         }
+        if (!found) {
+            // Taken from a directory of the linker's own (or not at all):
+            // what it read is not known here.
+            log(fmt::format("not stored: library {} is in none of the known directories", library));
+            cacheable = false;
+        }
     }
     return candidates;
 }
@@ -198,11 +274,17 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps, bool& cach
         add(path);
         add(path + ".gch");
     }
+    for (const auto& program : m_programs) {
+        add(absolute_path(program, m_cwd));
+    }
     if (m_invocation.kind == Kind::shared_object) {
         for (const auto& input : m_invocation.link_inputs) {
             add(absolute_path(input, m_cwd));
         }
-        for (const auto& path : library_candidates(*m_facts)) {
+        for (const auto& path : m_facts->start_files) {
+            add(absolute_path(path, m_cwd));
+        }
+        for (const auto& path : library_candidates(*m_facts, cacheable)) {
             add(path);
         }
     }
@@ -247,6 +329,23 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     if (!cacheable) {
         return;
     }
+    // A header that names a rewritten directory itself (`#include
+    // "/tmp/x/v.h"`) makes the compiler open that very path wherever it
+    // runs, not the file the placeholder expands to there; an output that
+    // names one (__FILE__, an assert message, a RUNPATH) carries it into
+    // every hit. Either way the build is pinned to that directory (docs/cxx.md,
+    // "Directory pins"): its variant matches only where the placeholder
+    // expands to it again.
+    const auto& rules = m_rewriter.rules();
+    std::vector<bool> named(rules.size(), false);
+    for (const auto& dep : deps) {
+        const auto path = absolute_path(dep, m_cwd);
+        if (path.ends_with(".gch")) {
+            continue; // an input hashed whole: its content pins what it names
+        }
+        MappedFile file(path);
+        mark_named(proto::as_text(file.bytes()), rules, named);
+    }
     // An input changed after this launcher started: the hash may not be
     // what the compiler read.
     for (const auto& input : variant) {
@@ -265,6 +364,17 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     if (!output.ok()) {
         log("not stored: the output cannot be read");
         return;
+    }
+    if (!mark_output_names(output.bytes(), rules, named)) {
+        log("not stored: the output's ELF section table cannot be read");
+        return;
+    }
+    for (std::size_t r = 0; r < rules.size(); ++r) {
+        if (named[r]) {
+            log(fmt::format("pinned to {}: the build's output or a header names it",
+                            rules[r].directory));
+            variant.push_back(proto::cxx::pin_record({rules[r].placeholder, rules[r].directory}));
+        }
     }
     BuildRecord record;
     record.build_ms = static_cast<std::uint64_t>(result.wall.count());

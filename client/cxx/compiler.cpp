@@ -72,7 +72,71 @@ std::int64_t to_ns(const struct timespec& t) {
     return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
+std::string trim_line(std::string text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+        text.pop_back();
+    }
+    return text;
+}
+
+// The last line of -### output that names a program (it begins with a space).
+std::string last_command(const std::string& text) {
+    std::string last;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.starts_with(' ')) {
+            last = line;
+        }
+    }
+    return last;
+}
+
+// The words of a -### command line: separated by spaces, some in double
+// quotes with backslash escapes.
+std::vector<std::string> split_command(std::string_view line) {
+    std::vector<std::string> words;
+    std::string word;
+    bool in_word = false;
+    bool quoted = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quoted) {
+            if (c == '\\' && i + 1 < line.size()) {
+                word += line[++i];
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                word += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+            in_word = true;
+        } else if (c == ' ') {
+            if (in_word) {
+                words.push_back(std::move(word));
+                word.clear();
+                in_word = false;
+            }
+        } else {
+            word += c;
+            in_word = true;
+        }
+    }
+    if (in_word) {
+        words.push_back(std::move(word));
+    }
+    return words;
+}
+
 } // namespace
+
+std::string find_program(const std::string& name) {
+    if (name.find('/') != std::string::npos) {
+        return name;
+    }
+    const auto found = on_path(name);
+    return found.empty() ? std::string() : found.front();
+}
 
 tl::expected<RealCompiler, std::string> find_real_compiler(std::string_view argv0) {
     const auto self = self_path();
@@ -119,7 +183,7 @@ std::optional<CompilerStamp> stamp_compiler(const std::string& realpath) {
 
 namespace {
 
-constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 1\n";
+constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 2\n";
 
 // "<decimal length>\n<bytes>" fields.
 void put_field(std::string& out, std::string_view field) {
@@ -155,9 +219,11 @@ std::string CompilerFacts::encode() const {
     std::string out(k_facts_magic);
     put_field(out, version);
     put_field(out, native);
-    put_field(out, std::to_string(library_dirs.size()));
-    for (const auto& dir : library_dirs) {
-        put_field(out, dir);
+    for (const auto* list : {&library_dirs, &start_files, &programs}) {
+        put_field(out, std::to_string(list->size()));
+        for (const auto& item : *list) {
+            put_field(out, item);
+        }
     }
     return out;
 }
@@ -168,19 +234,23 @@ std::optional<CompilerFacts> CompilerFacts::decode(std::string_view text) {
     }
     text.remove_prefix(k_facts_magic.size());
     CompilerFacts facts;
-    std::string count;
-    if (!get_field(text, facts.version) || !get_field(text, facts.native) ||
-        !get_field(text, count) || count.empty() || count.size() > 5 ||
-        count.find_first_not_of("0123456789") != std::string::npos) {
+    if (!get_field(text, facts.version) || !get_field(text, facts.native)) {
         return std::nullopt;
     }
-    const auto n = std::stoul(count);
-    for (std::size_t i = 0; i < n; ++i) {
-        std::string dir;
-        if (!get_field(text, dir)) {
+    for (auto* list : {&facts.library_dirs, &facts.start_files, &facts.programs}) {
+        std::string count;
+        if (!get_field(text, count) || count.empty() || count.size() > 5 ||
+            count.find_first_not_of("0123456789") != std::string::npos) {
             return std::nullopt;
         }
-        facts.library_dirs.push_back(std::move(dir));
+        const auto n = std::stoul(count);
+        for (std::size_t i = 0; i < n; ++i) {
+            std::string item;
+            if (!get_field(text, item)) {
+                return std::nullopt;
+            }
+            list->push_back(std::move(item));
+        }
     }
     if (!text.empty()) {
         return std::nullopt;
@@ -205,6 +275,40 @@ std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler) {
         return std::nullopt;
     }
     facts.native = native.out;
+    // The linker's command line for a shared object (-### runs nothing): its
+    // -L directories in the order the linker searches them (LIBRARY_PATH's
+    // are not first), and its start files.
+    const std::vector<std::string> link_args = {compiler.path, "-shared", "-x",        "c++",
+                                                "/dev/null",   "-o",      "/dev/null", "-###"};
+    auto link = run_captured(compiler.path, link_args);
+    if (!link.started || link.exit_code != 0) {
+        return std::nullopt;
+    }
+    const auto words = split_command(last_command(link.err));
+    if (words.empty()) {
+        return std::nullopt;
+    }
+    for (const auto& word : words) {
+        if (word.starts_with("-L") && word.size() > 2) {
+            facts.library_dirs.push_back(word.substr(2));
+        } else if (word.starts_with('/') && word.ends_with(".o") &&
+                   basename_of(word).starts_with("crt")) {
+            facts.start_files.push_back(word);
+        }
+    }
+    // The programs and files behind the driver, which its --version does not
+    // identify.
+    for (const auto* program : {"cc1plus", "collect2", "as", "ld"}) {
+        const std::vector<std::string> args = {compiler.path,
+                                               std::string("-print-prog-name=") + program};
+        auto printed = run_captured(compiler.path, args);
+        if (!printed.started || printed.exit_code != 0) {
+            return std::nullopt;
+        }
+        facts.programs.push_back(trim_line(printed.out));
+    }
+    // The specs file GCC reads when present: the first "specs" in its
+    // startfile directories (-print-search-dirs' "libraries").
     const std::vector<std::string> dirs_args = {compiler.path, "-print-search-dirs"};
     auto dirs = run_captured(compiler.path, dirs_args);
     if (!dirs.started || dirs.exit_code != 0) {
@@ -219,8 +323,11 @@ std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler) {
         std::string_view rest = std::string_view(line).substr(k_prefix.size());
         while (!rest.empty()) {
             const auto colon = rest.find(':');
-            if (auto dir = rest.substr(0, colon); !dir.empty()) {
-                facts.library_dirs.emplace_back(dir);
+            if (auto dir = rest.substr(0, colon); dir.starts_with('/')) {
+                while (dir.size() > 1 && dir.ends_with('/')) {
+                    dir.remove_suffix(1);
+                }
+                facts.programs.push_back(std::string(dir) + "/specs");
             }
             rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
         }

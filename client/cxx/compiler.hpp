@@ -36,11 +36,16 @@ std::optional<CompilerStamp> stamp_compiler(const std::string& realpath);
 
 // What pt2cache-cxx asks the compiler once per machine and remembers in the
 // daemon (key "c-…"): its --version output, what -march=native and
-// -mtune=native expand to, and its library search directories.
+// -mtune=native expand to, the library directories it passes to the linker
+// (in that order), the start files it links into a shared object, and the
+// programs and files behind it (cc1plus, collect2, as, ld, the specs file)
+// as -print-prog-name prints them: absolute, or a name looked up on PATH.
 struct CompilerFacts {
     std::string version;
     std::string native;
     std::vector<std::string> library_dirs;
+    std::vector<std::string> start_files;
+    std::vector<std::string> programs;
 
     std::string encode() const;
     static std::optional<CompilerFacts> decode(std::string_view text);
@@ -48,6 +53,10 @@ struct CompilerFacts {
 
 // Runs the compiler to learn its facts; nullopt if it cannot be run or fails.
 std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler);
+
+// The first executable called `name` on PATH (or `name` itself when it holds a
+// '/'); empty when there is none.
+std::string find_program(const std::string& name);
 
 // A fingerprint of this CPU (CPUID leaves on x86, /proc/cpuinfo elsewhere)
 // and host name, so that remembered -march=native expansions are never shared

@@ -76,7 +76,12 @@ std::string Launcher::explain() {
         for (const auto& input : variant) {
             paths.push_back(m_rewriter.expand(input.path));
         }
-        const auto hashes = hash_files(paths);
+        auto hashes = hash_files(paths);
+        for (std::size_t i = 0; i < variant.size(); ++i) {
+            if (const auto pin = proto::cxx::pin_state(variant[i].path, m_rewriter.expansions())) {
+                hashes[i] = *pin;
+            }
+        }
         std::size_t same = 0;
         std::string differences;
         for (std::size_t i = 0; i < variant.size(); ++i) {
@@ -89,8 +94,11 @@ std::string Launcher::explain() {
             if (equal) {
                 ++same;
             } else {
-                differences += fmt::format("      {}: recorded {}, now {}\n", variant[i].path,
-                                           status_text(recorded), status_text(hashes[i]));
+                differences += fmt::format("      {}: recorded {}, now {}{}\n", variant[i].path,
+                                           status_text(recorded), status_text(hashes[i]),
+                                           proto::cxx::pin_state(variant[i].path, {})
+                                               ? " (built in another directory)"
+                                               : "");
             }
         }
         const auto key = result_key(m_common_key, variant);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "client/cxx/launcher.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,45 @@ bool read_file(const std::string& path, std::string& out) {
 
 std::string part_hash(std::string_view value) {
     return hex(digest_of(proto::as_bytes(value)));
+}
+
+// Whether a path argument or a search path of the environment is relative (an
+// empty search path entry is the working directory).
+bool names_relative_paths(const std::vector<std::string>& args, const Invocation& invocation) {
+    constexpr std::string_view k_joined[] = {"-isystem", "-idirafter", "-iquote", "-include",
+                                             "-I",       "-L",         "-o"};
+    for (const auto i : invocation.path_args) {
+        std::string_view path = args[i];
+        if (path.starts_with('-')) {
+            for (const auto option : k_joined) {
+                if (path.starts_with(option)) {
+                    path.remove_prefix(option.size());
+                    break;
+                }
+            }
+        }
+        if (!path.starts_with('/')) {
+            return true;
+        }
+    }
+    for (const auto name : k_path_environment) {
+        const char* value = std::getenv(std::string(name).c_str());
+        if (value == nullptr) {
+            continue;
+        }
+        std::string_view rest = value;
+        for (;;) {
+            const auto colon = rest.find(':');
+            if (!rest.substr(0, colon).starts_with('/')) {
+                return true;
+            }
+            if (colon == std::string_view::npos) {
+                break;
+            }
+            rest.remove_prefix(colon + 1);
+        }
+    }
+    return false;
 }
 
 mode_t current_umask() {
@@ -210,6 +250,19 @@ bool Launcher::prepare() {
             return false;
         }
     }
+    // A directory the source names itself (`#include "/tmp/x/h.h"`) is what
+    // the compiler opens wherever the build runs: it is not rewritten.
+    if (!m_exact_paths) {
+        std::vector<PathRewriter::Rule> kept;
+        for (const auto& rule : m_rewriter.rules()) {
+            if (source.find(rule.directory) == std::string::npos) {
+                kept.push_back(rule);
+            } else {
+                log(fmt::format("{} is not rewritten: the source names it", rule.directory));
+            }
+        }
+        m_rewriter = PathRewriter(std::move(kept));
+    }
 
     KeyHasher key;
     const auto add = [&](std::string name, std::string shown, std::string_view bytes) {
@@ -224,22 +277,47 @@ bool Launcher::prepare() {
     add("compiler.stat", stamp_text, stamp_text);
     const auto first_line = m_facts->version.substr(0, m_facts->version.find('\n'));
     add("compiler.version", first_line, m_facts->version);
+    // cc1plus, as and ld are not the driver: found beside it, in
+    // COMPILER_PATH or on PATH. Where they are is keyed; their content is an
+    // input of the build.
+    std::string programs;
+    m_programs.clear();
+    for (const auto& program : m_facts->programs) {
+        auto found = find_program(program);
+        programs += fmt::format("{} -> {}\n", program, found.empty() ? "(not found)" : found);
+        if (!found.empty()) {
+            m_programs.push_back(std::move(found));
+        }
+    }
+    add("compiler.programs", fmt::format("{} programs and files", m_facts->programs.size()),
+        programs);
     if (m_invocation.uses_native) {
         add("native", "-march=native/-mtune=native expansion (-Q --help=target --help=params)",
             m_facts->native);
     }
     add("kind", std::string(kind_name(m_invocation.kind)), kind_name(m_invocation.kind));
+    const auto is_path_env = [](std::string_view name) {
+        return std::find(std::begin(k_path_environment), std::end(k_path_environment), name) !=
+               std::end(k_path_environment);
+    };
     if (m_exact_paths) {
         add("cwd", m_cwd + " (-g and PT2CACHE_CXX_HASH_DIR: paths are not rewritten)", m_cwd);
+    } else if (names_relative_paths(m_args, m_invocation)) {
+        // A relative path (or an empty entry of a search path) is found from
+        // the working directory.
+        const auto cwd = m_rewriter.rewrite(m_cwd);
+        add("cwd", cwd + " (relative paths)", cwd);
     }
     for (std::size_t i = 0; i < m_args.size(); ++i) {
-        const auto rewritten = m_rewriter.rewrite(m_args[i]);
-        add(fmt::format("arg[{}]", i + 1), rewritten, rewritten);
+        const bool path = std::find(m_invocation.path_args.begin(), m_invocation.path_args.end(),
+                                    i) != m_invocation.path_args.end();
+        const auto keyed = path ? m_rewriter.rewrite(m_args[i]) : m_args[i];
+        add(fmt::format("arg[{}]", i + 1), keyed, keyed);
     }
     for (const auto name : k_key_environment) {
         const auto value = env_or(std::string(name).c_str(), "\x01unset");
-        const auto rewritten = m_rewriter.rewrite(value);
-        add(fmt::format("env.{}", name), value == "\x01unset" ? "(unset)" : rewritten, rewritten);
+        const auto keyed = is_path_env(name) ? m_rewriter.rewrite(value) : value;
+        add(fmt::format("env.{}", name), value == "\x01unset" ? "(unset)" : keyed, keyed);
     }
     add("source", fmt::format("{} bytes", source.size()), source);
     m_common_key = key.hex_digest();
@@ -418,7 +496,12 @@ bool Launcher::match_manifest() {
     for (const auto path : names.paths) {
         paths.push_back(m_rewriter.expand(path));
     }
-    const auto hashes = hash_files(paths);
+    auto hashes = hash_files(paths);
+    for (std::size_t i = 0; i < names.paths.size(); ++i) {
+        if (const auto pin = proto::cxx::pin_state(names.paths[i], m_rewriter.expansions())) {
+            hashes[i] = *pin;
+        }
+    }
     for (std::size_t v = 0; v < m_manifest.variants.size(); ++v) {
         if (!proto::cxx::variant_matches(m_manifest, names, v, hashes)) {
             continue;

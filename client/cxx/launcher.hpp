@@ -21,12 +21,19 @@
 
 namespace pt2cache::client::cxx {
 
-// Environment variables that change what the compiler does or says; they are
-// part of the key (rewritten like arguments).
+// Environment variables that change what the compiler, assembler or linker
+// does or says; they are part of the key.
 inline constexpr std::string_view k_key_environment[] = {
     "CPATH",         "C_INCLUDE_PATH",  "CPLUS_INCLUDE_PATH", "LIBRARY_PATH",
     "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH",  "LANG",
-    "LC_ALL",        "LC_MESSAGES",     "LC_CTYPE",           "GCC_COMPARE_DEBUG"};
+    "LC_ALL",        "LC_MESSAGES",     "LC_CTYPE",           "GCC_COMPARE_DEBUG",
+    "LANGUAGE",      "LD_RUN_PATH",     "LDEMULATION",        "GNUTARGET"};
+
+// Those of them that are search paths, rewritten like path arguments; the
+// others are keyed as they are (LD_RUN_PATH is copied into a shared object).
+inline constexpr std::string_view k_path_environment[] = {
+    "CPATH",        "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH", "COMPILER_PATH",  "GCC_EXEC_PREFIX"};
 
 // Environment variables that make an invocation uncacheable (the compiler
 // writes a side file).
@@ -87,7 +94,7 @@ private:
     void store(const RunResult& result, const std::string& deps_path, std::int64_t start_ns);
     std::vector<FileHash> hash_files(const std::vector<std::string>& paths);
     Variant record_inputs(const std::vector<std::string>& deps, bool& cacheable);
-    std::vector<std::string> library_candidates(const CompilerFacts& facts) const;
+    std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
     [[noreturn]] void pass_through();
     void log(std::string_view message) const;
 
@@ -101,6 +108,9 @@ private:
     bool m_exact_paths = false; // no path rewriting (-g with hash_dir)
     PathRewriter m_rewriter;
     std::optional<CompilerFacts> m_facts;
+    // The programs and files behind the compiler (cc1plus, collect2, as, ld,
+    // specs) as found for this invocation: inputs of every build.
+    std::vector<std::string> m_programs;
     std::string m_common_key;
     // The manifest of the last lookup, which a build's variant joins.
     Manifest m_manifest;

@@ -168,3 +168,36 @@ TEST_CASE("manifest variants match on status and hash of every input", "[proto][
     state[1] = now(FileStatus::unreadable, 0);
     CHECK_FALSE(variant_matches(manifest, paths, 0, state));
 }
+
+TEST_CASE("a directory pin matches only where its placeholder expands to that directory",
+          "[proto][cxx_lookup]") {
+    const PlaceholderRule built{"@PT2_SRCDIR@", "/w/a"};
+    const auto pin = pin_record(built);
+    CHECK(pin.path == "@PT2_SRCDIR@");
+    CHECK(pin.status == FileStatus::ok);
+
+    Manifest manifest;
+    manifest.variants.push_back({input("@PT2_SRCDIR@/k.cpp", FileStatus::ok, 'k'), pin});
+    const auto paths = manifest_paths(manifest);
+    const auto state_under = [&](const std::vector<PlaceholderRule>& rules) {
+        std::vector<FileHash> state;
+        for (const auto path : paths.paths) {
+            const auto pinned = pin_state(path, rules);
+            state.push_back(pinned ? *pinned : now(FileStatus::ok, 'k'));
+        }
+        return state;
+    };
+    CHECK(variant_matches(manifest, paths, 0, state_under({{"@PT2_SRCDIR@", "/w/a"}})));
+    // Another directory, one that only starts like it, or no such rule at all.
+    CHECK_FALSE(variant_matches(manifest, paths, 0, state_under({{"@PT2_SRCDIR@", "/w/b"}})));
+    CHECK_FALSE(variant_matches(manifest, paths, 0, state_under({{"@PT2_SRCDIR@", "/w/a/x"}})));
+    CHECK_FALSE(variant_matches(manifest, paths, 0, state_under({{"@PT2_TMPDIR@", "/w/a"}})));
+    // Only a bare placeholder is a pin; paths under one are files to hash.
+    CHECK_FALSE(pin_state("@PT2_SRCDIR@/k.cpp", {{{"@PT2_SRCDIR@", "/w/a"}}}));
+    CHECK_FALSE(pin_state("/usr/include/cmath", {}));
+    CHECK(pin_state("@PT2_CACHEDIR@", {})->status == FileStatus::unreadable);
+    // A pin survives the manifest's encoding.
+    const auto decoded = Manifest::decode(manifest.encode());
+    REQUIRE(decoded);
+    CHECK(decoded->variants == manifest.variants);
+}

@@ -91,6 +91,20 @@ TEST_CASE("everything else runs the real compiler unchanged", "[cxx][args]") {
         {"-c", "a.cpp", "-o", "a.o", "-print-file-name=libc.so"},
         {"-c", "a.cpp", "-o", "a.o", "-###"},
         {"-c", "a.cpp", "-o", ""},
+        // Linker inputs and library searches the key does not follow.
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,-L/x", "-lfoo"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,-lfoo"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,/x/libfoo.so"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Xlinker", "/x/libfoo.so"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,-Bstatic", "-lfoo"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,--just-symbols=x.o"},
+        {"a.cpp", "-shared", "-o", "a.so", "-Wl,-rpath,/x,y.o"},
+        {"a.cpp", "-shared", "-o", "a.so", "-L=/x", "-lfoo"},
+        {"a.cpp", "-shared", "-o", "a.so", "--sysroot=/s"},
+        {"a.cpp", "-shared", "-o", "a.so", "--sysroot", "/s"},
+        {"a.cpp", "-shared", "-o", "a.so", "-static-libstdc++"},
+        {"a.cpp", "-shared", "-o", "a.so", "-fuse-ld=gold"},
+        {"a.cpp", "-shared", "-o", "a.so", "-m32"},
     };
     for (const auto& args : uncacheable) {
         INFO(args.back());
@@ -98,6 +112,31 @@ TEST_CASE("everything else runs the real compiler unchanged", "[cxx][args]") {
         CHECK_FALSE(c.invocation);
         CHECK_FALSE(c.why.reason.empty());
     }
+}
+
+TEST_CASE("linker options that name no input are cacheable", "[cxx][args]") {
+    for (const auto& extra :
+         std::vector<std::vector<std::string>>{{"-Wl,-rpath,/x"},
+                                               {"-Wl,-rpath", "-Wl,/x"},
+                                               {"-Xlinker", "-rpath", "-Xlinker", "/x"},
+                                               {"-Wl,-soname,libk.so,-z,now"},
+                                               {"-Wl,--as-needed,-O1"},
+                                               {"-Wl,-Bsymbolic"}}) {
+        std::vector<std::string> args = {"a.cpp", "-shared", "-o", "a.so"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        INFO(extra.back());
+        CHECK(of(args).invocation);
+    }
+    // A sysroot only moves the headers of a compile, which it records.
+    CHECK(of({"-c", "a.cpp", "--sysroot=/s", "-o", "a.o"}).invocation);
+}
+
+TEST_CASE("only path arguments are rewritten", "[cxx][args]") {
+    const auto c =
+        of({"/s/k.cpp", "-DP=\"/s/x\"", "-I/s/i", "-isystem", "/s/j", "-include", "/s/h.h",
+            "-L/s/l", "-lfoo", "-Wl,-rpath,/s/l", "x.o", "-shared", "-o", "/s/k.so"});
+    REQUIRE(c.invocation);
+    CHECK(c.invocation->path_args == std::vector<std::size_t>{0, 2, 4, 6, 7, 10, 13});
 }
 
 TEST_CASE("-g keeps paths; object inputs join a shared link", "[cxx][args]") {
@@ -142,10 +181,12 @@ TEST_CASE("path rewriting replaces machine directories at path boundaries", "[cx
     CHECK(rewriter3.rewrite("/w/proj/k.o") == "@PT2_OUTDIR@/k.o");
 }
 
-TEST_CASE("absolute_path normalises lexically", "[cxx][args]") {
-    CHECK(absolute_path("a/./b/../c.h", "/w") == "/w/a/c.h");
+TEST_CASE("absolute_path keeps .. segments", "[cxx][args]") {
+    // "b" may be a symbolic link: "b/.." is not necessarily "a".
+    CHECK(absolute_path("a/./b/../c.h", "/w") == "/w/a/b/../c.h");
     CHECK(absolute_path("/x//y/", "/w") == "/x/y");
-    CHECK(absolute_path("../../..", "/w") == "/");
+    CHECK(absolute_path("../h.h", "/w") == "/w/../h.h");
+    CHECK(absolute_path(".", "/") == "/");
 }
 
 TEST_CASE("make dependency files are parsed like make does", "[cxx][args]") {

@@ -142,11 +142,17 @@ TEST_CASE("compiler facts round-trip and refuse garbage", "[cxx][compiler]") {
     facts.version = "g++ (Debian 12.2.0-14) 12.2.0\n";
     facts.native = "-march=skylake\n";
     facts.library_dirs = {"/usr/lib/gcc/x86_64-linux-gnu/12/", "/lib/x86_64-linux-gnu/"};
+    facts.start_files = {"/usr/lib/x86_64-linux-gnu/crti.o"};
+    facts.programs = {"/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "as", "ld"};
     const auto decoded = CompilerFacts::decode(facts.encode());
     REQUIRE(decoded);
     CHECK(decoded->version == facts.version);
     CHECK(decoded->native == facts.native);
     CHECK(decoded->library_dirs == facts.library_dirs);
+    CHECK(decoded->start_files == facts.start_files);
+    CHECK(decoded->programs == facts.programs);
+    // Facts of the first format (no start files nor programs) are learnt again.
+    CHECK_FALSE(CompilerFacts::decode("pt2cache-cxx compiler facts 1\n1\nv1\nn1\n0"));
     auto text = facts.encode();
     CHECK_FALSE(CompilerFacts::decode(text.substr(0, text.size() - 1)));
     CHECK_FALSE(CompilerFacts::decode("nonsense"));
