@@ -14,6 +14,12 @@ namespace {
 
 using Admission = CircuitBreaker::Admission;
 
+// CLUSTER SLOTS's element limit: 64 per slot. A range of one slot served by
+// a master and seven replicas, each node of 4 fields with a one-entry
+// metadata map (Redis 7), counts 1 + 10 + 8 * 6 = 59. Its bytes stay bounded
+// as every reply's are (max_value_size + 16 MiB), and its memory with them.
+constexpr std::uint64_t k_cluster_slots_max_elements = 64 * proto::k_cluster_slots;
+
 std::int64_t steady_ms() {
     return std::chrono::duration_cast<Milliseconds>(SteadyClock::now().time_since_epoch()).count();
 }
@@ -277,7 +283,10 @@ tl::expected<void, RedisError> RedisCluster::refresh(const std::atomic<bool>* ab
 
 tl::expected<void, RedisError> RedisCluster::refresh_from(Node& node,
                                                           const std::atomic<bool>* abort) {
-    const RedisCommand command{{"CLUSTER", "SLOTS"}, {RedisReply::Type::array}};
+    // One range per slot, each with a master and replicas of 4 fields and a
+    // metadata map (Redis 7), is a valid reply of well over 65536 elements.
+    const RedisCommand command{
+        {"CLUSTER", "SLOTS"}, {RedisReply::Type::array}, k_cluster_slots_max_elements};
     Milliseconds connecting{0};
     auto replies = node.write_pool.run(
         std::span(&command, 1), SteadyClock::now() + m_options.seed.op_timeout, connecting, abort);

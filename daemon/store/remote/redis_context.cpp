@@ -463,6 +463,13 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
     }
     m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
     Budget budget{deadline};
+    // The reader is idle between exchanges: the element limit is the largest
+    // any of these commands allows (replies of one write may arrive together).
+    std::uint64_t max_elements = proto::RedisReplyLimits{}.max_elements;
+    for (const auto& command : commands) {
+        max_elements = std::max(max_elements, command.max_elements);
+    }
+    m_reader.set_max_elements(max_elements);
     if (auto written = write_all(commands, budget, abort); !written) {
         return tl::make_unexpected(std::move(written.error()));
     }

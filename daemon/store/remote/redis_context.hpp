@@ -106,6 +106,9 @@ struct RedisCommand {
     // The reply types this command can get besides an error reply (which is
     // always a reply); any other is a protocol error. Empty: any.
     std::vector<RedisReply::Type> accepts = {};
+    // The most array elements its reply may hold, summed over the reply;
+    // 0: the reader's default (65536, docs/remote.md).
+    std::uint64_t max_elements = 0;
 };
 
 // Transfers of large values get more time than `op_timeout`: one second per
