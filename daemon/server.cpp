@@ -403,6 +403,10 @@ void Server::stop(std::string_view why) {
         if (!ec) {
             logger("daemon").warn("{} connections still busy after {} s; exiting anyway",
                                   m_registry.size(), k_drain_deadline.count());
+            // Workers join before exit: a remote GET still receiving must stop.
+            if (auto* remote = m_context.store ? m_context.store->remote_tier() : nullptr) {
+                remote->abandon_requests();
+            }
             m_io.stop();
             for (auto& loop : m_loops) {
                 loop->stop();

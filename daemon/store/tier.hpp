@@ -90,6 +90,11 @@ public:
 
     // Removes every entry of `ns`; returns how many.
     virtual tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) = 0;
+
+    // Shutdown's drain deadline has passed: requests in progress stop as soon
+    // as they can (failing), and later ones fail at once. For a tier whose
+    // requests can outlast that deadline (the remote one); others need not.
+    virtual void abandon_requests() {}
 };
 
 UnixMs now_ms();

@@ -88,6 +88,14 @@ STREAMS: dict[str, tuple[bytes, bytes, int]] = {
     "array_of_long_statuses": (b"*2000\r\n", b"+" + b"s" * ((64 << 10) - 1) + b"\r\n", 2000),
 }
 
+# GET behaviour -> (size, bytes per second): one valid bulk of `size` bytes,
+# paced, so that the transfer keeps earning time (1 s per 32 MiB received)
+# faster than it runs out, and outlasts whatever deadline a test sets for
+# something else.
+PACED: dict[str, tuple[int, int]] = {
+    "paced_500MiB_at_36MiB_s": (500 << 20, 36 << 20),
+}
+
 
 def parse_command(buffer: bytearray) -> list[bytes] | None:
     """One multibulk command from the front of `buffer` (removed), or None."""
@@ -254,6 +262,22 @@ class HostileRedis:
                 if self.stopping.is_set() or time.monotonic() > deadline:
                     return False
                 client.sendall(item)  # OSError once the client has had enough
+            client.settimeout(0.1)
+            return True
+        if self.behaviour in PACED:
+            size, rate = PACED[self.behaviour]
+            client.settimeout(5)
+            client.sendall(b"$%d\r\n" % size)
+            chunk = b"p" * (1 << 20)
+            sent, started = 0, time.monotonic()
+            while sent < size:
+                if self.stopping.is_set() or time.monotonic() > started + HOLD_LIMIT:
+                    return False
+                part = chunk[:min(len(chunk), size - sent)]
+                client.sendall(part)  # OSError once the client has had enough
+                sent += len(part)
+                time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
+            client.sendall(b"\r\n")
             client.settimeout(0.1)
             return True
         payload, then = BEHAVIOURS[self.behaviour]

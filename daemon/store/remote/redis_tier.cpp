@@ -268,7 +268,7 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     }
     const RedisCommand command{{"GET", *redis_key},
                                {RedisReply::Type::string, RedisReply::Type::nil}};
-    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::read);
+    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::read, &m_abandon);
     if (!replies) {
         if (replies.error().kind == RedisErrorKind::suspended) {
             add(m_counters.skipped);
@@ -343,8 +343,8 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
         commands.push_back({{"DEL", companion}, {RedisReply::Type::integer}});
     }
     auto replies = companion_elsewhere(*redis_key)
-                       ? run_each({*redis_key, companion}, commands, Route::erase)
-                       : run_keyed(*redis_key, commands, Route::erase);
+                       ? run_each({*redis_key, companion}, commands, Route::erase, &m_abandon)
+                       : run_keyed(*redis_key, commands, Route::erase, &m_abandon);
     if (!replies) {
         if (replies.error().kind == RedisErrorKind::suspended) {
             add(m_counters.skipped);
@@ -362,6 +362,10 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
 
 tl::expected<std::uint64_t, StoreError> RedisTier::clear(std::string_view) {
     return 0;
+}
+
+void RedisTier::abandon_requests() {
+    m_abandon = true;
 }
 
 bool RedisTier::flush(Milliseconds timeout) {

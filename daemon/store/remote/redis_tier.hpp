@@ -91,6 +91,11 @@ public:
     // queue became idle within `timeout`.
     bool flush(Milliseconds timeout);
 
+    // GETs and DELs in progress stop within about 50 ms (a transfer that
+    // earns time as bytes arrive would otherwise hold shutdown past its
+    // drain deadline); the write-behind queue keeps its own shutdown flush.
+    void abandon_requests() override;
+
     const RedisTierOptions& options() const { return m_options; }
     RemoteState state() const;
     // The longest a get of a small value takes: connect plus operation timeout.
@@ -167,6 +172,7 @@ private:
 
     std::atomic<bool> m_stopping{false};
     std::atomic<bool> m_abort{false};
+    std::atomic<bool> m_abandon{false}; // requests (gets, removes): abandon_requests()
     std::atomic<unsigned> m_running{0};
     LogThrottle m_refusal_log;
     LogThrottle m_rejection_log;

@@ -51,9 +51,10 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::
     const RedisCommand gets[2] = {
         {{"GET", redis_key}, {RedisReply::Type::string, RedisReply::Type::nil}},
         {{"GET", companion}, {RedisReply::Type::string, RedisReply::Type::nil}}};
-    auto replies = run_keyed(redis_key, std::span(split ? &gets[0] : &command, 1), Route::read);
+    auto replies =
+        run_keyed(redis_key, std::span(split ? &gets[0] : &command, 1), Route::read, &m_abandon);
     if (replies && split) {
-        auto second = run_keyed(companion, std::span(&gets[1], 1), Route::read);
+        auto second = run_keyed(companion, std::span(&gets[1], 1), Route::read, &m_abandon);
         if (!second) {
             replies = tl::make_unexpected(std::move(second.error()));
         } else {

@@ -5,6 +5,8 @@ unaffected, and move the right counter."""
 
 from __future__ import annotations
 
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from pt2harness import wait_for
 
 from hostile_cases import CASES, HostileRedis, Result, run_case, table
-from hostile_redis import STREAMS
+from hostile_redis import PACED, STREAMS
 from remote_helpers import MISS, OK, Native, fx_key, redis_args, remote_stats
 
 OP_MS = 300
@@ -157,6 +159,44 @@ HOSTILE_SLOTS = {
     "resp3_map": b"%1\r\n+a\r\n+b\r\n",
     "truncated": b"*1\r\n*3\r\n:0\r\n",
 }
+
+
+def test_shutdown_ends_a_remote_get_still_receiving(make_daemon, hostile):
+    """SIGTERM while a GET receives a large value at a pace that keeps
+    earning transfer time (500 MiB at 36 MiB/s: 14 s): the daemon still exits
+    within its 10 s drain deadline, the GET abandoned."""
+    hostile.behaviour = next(iter(PACED))
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS), env=env)
+    wait_for(lambda: remote_stats(d)["state"].startswith("connected"), what="connected",
+             timeout=10)
+    client = Native(d.socket)
+    answered = []
+    getter = threading.Thread(
+        target=lambda: answered.append(_get_or_error(client, fx_key("paced")[1])), daemon=True)
+    getter.start()
+    wait_for(lambda: hostile.count("GET") >= 1, what="the GET reached Redis", timeout=5)
+    time.sleep(1.0)
+    started = time.monotonic()
+    d.proc.terminate()
+    try:
+        rc = d.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+        pytest.fail("pt2cached still running 30 s after SIGTERM")
+    took = time.monotonic() - started
+    assert rc == 0, d.log()[-2000:]
+    assert took < 12.0, (took, d.log()[-2000:])
+    assert "still busy after 10 s" in d.log()
+    getter.join(timeout=5)
+
+
+def _get_or_error(client, key):
+    try:
+        return client.get("fx-graph", key)[0]
+    except (OSError, EOFError) as e:
+        return e
 
 
 def _redis7_node(host: bytes, port: int, node_id: bytes) -> bytes:
