@@ -100,13 +100,25 @@ bool Store::remote_serves(const StorePolicy& policy, std::string_view ns) const 
 
 tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePolicy& policy,
                                                                  std::string_view ns,
-                                                                 std::string_view key, bool local) {
+                                                                 std::string_view key, bool local,
+                                                                 bool* found_locally) {
     std::string flight_key;
     flight_key.reserve(ns.size() + 1 + key.size());
     flight_key.append(ns).append(1, '\0').append(key);
     const auto wait_deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(policy.remote_wait_ms);
     auto outcome = m_remote_flights.run(flight_key, wait_deadline, [&] {
+        // Another flight for this key may have ended, its backfill done,
+        // between this caller's local lookups and its own flight: the entry
+        // is local now, and asking Redis again would break single flight.
+        if (local && m_memory_on != nullptr) {
+            if (auto entry = m_memory_on->lookup(ns, key)) {
+                if (found_locally != nullptr) {
+                    *found_locally = true;
+                }
+                return tl::expected<std::optional<Entry>, StoreError>(std::move(entry));
+            }
+        }
         auto result = m_remote->get(ns, key);
         if (result && *result && local && (m_disk_on != nullptr || m_memory_on != nullptr)) {
             if (m_disk_on != nullptr) {
@@ -215,9 +227,12 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
         }
     }
     if (remote) {
-        auto result = remote_get(*policy, ns, key, local);
+        bool found_locally = false;
+        auto result = remote_get(*policy, ns, key, local, &found_locally);
         if (result && *result) {
-            hit(TierId::remote, **result);
+            // Found in memory after all (a concurrent get's backfill): a
+            // memory hit, after the miss counted above.
+            hit(found_locally ? TierId::memory : TierId::remote, **result);
             return std::move(*result);
         }
         if (result) {
