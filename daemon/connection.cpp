@@ -1,8 +1,11 @@
 #include "daemon/connection.hpp"
 
 #include <cstring>
+#include <optional>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 
 #include "daemon/log.hpp"
 #include "daemon/native_session.hpp"
@@ -85,6 +88,40 @@ bool Connection::peer_allowed() {
         return false;
     }
     return true;
+}
+
+namespace {
+
+// The identity (device, inode) of what `path` names; nullopt when unknown.
+std::optional<std::pair<dev_t, ino_t>> identity(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        return std::nullopt;
+    }
+    return std::pair(st.st_dev, st.st_ino);
+}
+
+} // namespace
+
+bool Connection::peer_shares_files() {
+    if (!m_peer_shares_files) {
+        bool same = m_peer_known && m_peer.pid > 0;
+        for (const char* what : {"ns/mnt", "root"}) {
+            if (!same) {
+                break;
+            }
+            const auto theirs = identity(fmt::format("/proc/{}/{}", m_peer.pid, what));
+            const auto ours = identity(fmt::format("/proc/self/{}", what));
+            same = theirs && ours && *theirs == *ours;
+        }
+        if (!same) {
+            logger("session").info("[{}] pid {} sees other files (another mount namespace or "
+                                   "root, or unknown): its paths are not hashed here",
+                                   m_id, m_peer.pid);
+        }
+        m_peer_shares_files = same;
+    }
+    return *m_peer_shares_files;
 }
 
 awaitable<void> Connection::run() {

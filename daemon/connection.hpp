@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <sys/socket.h>
 
@@ -34,6 +35,11 @@ public:
 
     // The client process (SO_PEERCRED); -1 when unknown.
     pid_t peer_pid() const { return m_peer.pid; }
+    // Whether the client sees the daemon's files under the daemon's paths:
+    // the same mount namespace and root directory (not a container or chroot
+    // sharing the socket). Asked once, when first needed; false when unknown.
+    // HASH_FILES and CXX_LOOKUP hash nothing for a client that does not.
+    bool peer_shares_files();
     // Turns the connection away before serving it: sends `error` as a RESP
     // error line (best effort, never blocking) and closes.
     void refuse(std::string_view error);
@@ -130,6 +136,7 @@ private:
     std::uint64_t m_id;
     ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
     bool m_peer_known = false;
+    std::optional<bool> m_peer_shares_files; // peer_shares_files(), once asked
     InputBuffer m_input;
     InflightLease m_lease;
 };

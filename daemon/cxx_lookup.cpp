@@ -31,7 +31,8 @@ proto::Error storage_error(const store::StoreError& error) {
 } // namespace
 
 awaitable<tl::expected<CxxLookupAnswer, proto::Error>>
-serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier) {
+serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier,
+                 bool peer_shares_files) {
     auto request = cxx::parse_lookup(body);
     if (!request) {
         co_return tl::unexpected(request.error());
@@ -54,6 +55,12 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
         co_return answer; // the launcher sees it is corrupt
     }
 
+    // A client that sees other files under the same paths matches the
+    // manifest itself.
+    if (!peer_shares_files) {
+        answer.outcome = LookupOutcome::undecided;
+        co_return answer;
+    }
     // The current state of every path the variants name, expanded for this
     // invocation.
     const auto names = cxx::manifest_paths(*manifest);

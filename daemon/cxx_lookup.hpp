@@ -29,6 +29,7 @@ struct CxxLookupAnswer {
 // Serves one CXX_LOOKUP body; `hit_tier` gets the tier of the last value
 // read (for the latency histograms).
 awaitable<tl::expected<CxxLookupAnswer, proto::Error>>
-serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier);
+serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier,
+                 bool peer_shares_files);
 
 } // namespace pt2cache::daemon

@@ -252,10 +252,15 @@ std::chrono::milliseconds hash_request_budget() {
 }
 
 awaitable<tl::expected<std::vector<std::byte>, proto::Error>>
-serve_hash_files(Context& context, std::span<const std::byte> body) {
+serve_hash_files(Context& context, std::span<const std::byte> body, bool peer_shares_files) {
     auto paths = proto::parse_hash_files(body);
     if (!paths) {
         co_return tl::unexpected(paths.error());
+    }
+    if (!peer_shares_files) {
+        const std::vector<proto::FileHash> skipped(
+            paths->size(), proto::FileHash{.status = proto::FileStatus::skipped});
+        co_return proto::encode_hash_files_body(skipped);
     }
     const auto deadline = std::chrono::steady_clock::now() + hash_request_budget();
     auto hashes = co_await offload(*context.blocking,

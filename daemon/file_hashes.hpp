@@ -100,7 +100,10 @@ private:
 };
 
 // Serves one HASH_FILES body: the OK response body, or the error to answer.
+// For a client that does not see the daemon's files (`peer_shares_files`
+// false: another mount namespace or root) every path is answered SKIPPED,
+// which the client hashes itself.
 awaitable<tl::expected<std::vector<std::byte>, proto::Error>>
-serve_hash_files(Context& context, std::span<const std::byte> body);
+serve_hash_files(Context& context, std::span<const std::byte> body, bool peer_shares_files);
 
 } // namespace pt2cache::daemon

@@ -259,7 +259,7 @@ awaitable<bool> NativeSession::handle(const proto::Header& header, std::span<con
     case Op::clear:
         co_return co_await handle_clear(header, body);
     case Op::hash_files: {
-        auto hashes = co_await serve_hash_files(m_context, body);
+        auto hashes = co_await serve_hash_files(m_context, body, m_connection.peer_shares_files());
         if (!hashes) {
             co_return fail(header, hashes.error());
         }

@@ -349,7 +349,8 @@ awaitable<bool> NativeSession::handle_bundle_end(const proto::Header& header,
 awaitable<bool> NativeSession::handle_cxx_lookup(const proto::Header& header,
                                                  std::span<const std::byte> body) {
     measure(proto::cxx::k_namespace, LatencyOp::get);
-    auto answer = co_await serve_cxx_lookup(m_context, body, &m_measured_tier);
+    auto answer = co_await serve_cxx_lookup(m_context, body, &m_measured_tier,
+                                            m_connection.peer_shares_files());
     if (!answer) {
         co_return fail(header, answer.error());
     }

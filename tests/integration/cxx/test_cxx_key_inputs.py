@@ -6,12 +6,14 @@ key")."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from cxx_helpers import GXX, counters, cxx, gxx, launcher_env, ok, write
+from cxx_helpers import GXX, LAUNCHER, counters, cxx, gxx, launcher_env, ok, run, write
 
 RETURN_V = 'extern "C" int f() { return V; }\n'
 
@@ -235,3 +237,35 @@ def test_linker_inputs_the_key_does_not_follow_pass_through(daemon, tmp_root, ex
     ok(cxx(args, tmp_root, env))
     assert (tmp_root / "k.so").exists()
     assert counters(daemon).get("lookups", 0) == 0
+
+
+def _can_unshare_mounts() -> bool:
+    unshare = shutil.which("unshare")
+    return unshare is not None and subprocess.run(
+        [unshare, "-m", "--propagation", "private", "true"], capture_output=True,
+        timeout=10).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_mounts(), reason="unshare -m needs root (CI runs as root)")
+def test_launcher_in_another_mount_namespace(daemon, tmp_root):
+    """A launcher that sees other files under the same paths (a container
+    sharing the socket): the daemon hashes nothing for it, and it gets what
+    g++ makes there, not the build keyed on the daemon's view."""
+    env = launcher_env(daemon, tmp_root / "t")
+    w = tmp_root / "w"
+    write(w / "k.cpp", '#include "h.h"\n' + RETURN_V)
+    write(w / "inc" / "h.h", "#define V 1\n")
+    write(w / "alt" / "h.h", "#define V 2\n")
+    args = ["-c", w / "k.cpp", "-Iinc", "-O2", "-o", w / "k.o"]
+    ok(cxx(args, w, env))
+    inside = " ".join(shlex.quote(str(a)) for a in [LAUNCHER, *args])
+    script = (f"mount --bind {shlex.quote(str(w / 'alt'))} {shlex.quote(str(w / 'inc'))} && "
+              f"{inside} && {shlex.quote(GXX)} -E -P {shlex.quote(str(w / 'inc' / 'h.h'))} "
+              f"-dM | grep -q 'define V 2'")
+    ok(run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], w, env))
+    # What g++ makes with h.h at V 2, built here without the namespace.
+    write(w / "inc" / "h.h", "#define V 2\n")
+    ref = w / "ref.o"
+    ok(gxx(["-c", w / "k.cpp", "-Iinc", "-O2", "-o", ref], w))
+    assert (w / "k.o").read_bytes() == ref.read_bytes()
+    assert "sees other files" in daemon.log()
