@@ -183,7 +183,7 @@ std::optional<CompilerStamp> stamp_compiler(const std::string& realpath) {
 
 namespace {
 
-constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 2\n";
+constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 3\n";
 
 // "<decimal length>\n<bytes>" fields.
 void put_field(std::string& out, std::string_view field) {
@@ -328,6 +328,8 @@ std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler) {
                     dir.remove_suffix(1);
                 }
                 facts.programs.push_back(std::string(dir) + "/specs");
+                // -fopenmp reads it as a specs file too (how to link libgomp).
+                facts.programs.push_back(std::string(dir) + "/libgomp.spec");
             }
             rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
         }

@@ -291,6 +291,8 @@ bool Launcher::prepare() {
     }
     add("compiler.programs", fmt::format("{} programs and files", m_facts->programs.size()),
         programs);
+    // The driver itself, beyond its path, size, mtime and --version.
+    m_programs.push_back(m_compiler.path);
     if (m_invocation.uses_native) {
         add("native", "-march=native/-mtune=native expansion (-Q --help=target --help=params)",
             m_facts->native);

@@ -148,20 +148,22 @@ def test_march_changes_miss(daemon, tmp_root):
 
 FAKE_GXX = """#!/bin/sh
 # A compiler that is g++ but says it is another version, or that
-# -march=native means something else.
+# -march=native means something else: the tags are in files beside it, so
+# that its own bytes (an input of every build) stay the same.
 case "$*" in
-  --version) echo "g++ (pt2cache test) VERSION_TAG"; exit 0;;
-  *--help=target*) {real} "$@" | sed 's/^/NATIVE_TAG /'; exit 0;;
+  --version) echo "g++ (pt2cache test) $(cat "$0.version")"; exit 0;;
+  *--help=target*) {real} "$@" | sed "s/^/$(cat "$0.native") /"; exit 0;;
 esac
 exec {real} "$@"
 """
 
 
 def _fake_compiler(path: Path, version: str, native: str, stamp=None) -> Path:
-    text = FAKE_GXX.format(real=GXX).replace("VERSION_TAG", version).replace("NATIVE_TAG", native)
-    path.write_text(text)
+    path.write_text(FAKE_GXX.format(real=GXX))
     path.chmod(0o755)
-    if stamp is not None:  # same size and mtime: only the content differs
+    Path(f"{path}.version").write_text(version)
+    Path(f"{path}.native").write_text(native)
+    if stamp is not None:  # same size and mtime, a new ctime: "replaced"
         os.utime(path, ns=stamp)
     return path
 
@@ -191,6 +193,15 @@ def test_compiler_version_and_native_expansion_are_in_the_key(daemon, tmp_root):
     ok(cxx(native_args, tmp_root, env))
     c = counters(daemon)
     assert (c["hits"], c["builds"]) == (1, 5), c
+
+    # The driver's own bytes, same size, mtime, --version and expansion: both miss.
+    text = fake.read_text()
+    fake.write_text(text.replace("# A compiler", "# a compiler"))
+    os.utime(fake, ns=stamp)
+    ok(cxx(args, tmp_root, env))
+    ok(cxx(native_args, tmp_root, env))
+    c = counters(daemon)
+    assert (c["hits"], c["builds"]) == (1, 7), c
 
 
 def test_linked_library_content_is_in_the_key(daemon, tmp_root):
