@@ -10,6 +10,7 @@
 #include "daemon/log.hpp"
 #include "daemon/native_session.hpp"
 #include "daemon/resp_session.hpp"
+#include "daemon/store/log.hpp"
 #include "proto/frame.hpp"
 
 namespace pt2cache::daemon {
@@ -114,10 +115,16 @@ bool Connection::peer_shares_files() {
             const auto ours = identity(fmt::format("/proc/self/{}", what));
             same = theirs && ours && *theirs == *ours;
         }
+        // Every compile in such a container connects anew: one line per
+        // 10 s, with how many were left out.
+        static store::LogThrottle throttle;
         if (!same) {
-            logger("session").info("[{}] pid {} sees other files (another mount namespace or "
-                                   "root, or unknown): its paths are not hashed here",
-                                   m_id, m_peer.pid);
+            if (const auto left_out = throttle.take()) {
+                logger("session").info("[{}] pid {} sees other files (another mount namespace "
+                                       "or root, or unknown): its paths are not hashed here "
+                                       "({} more such connections since the last line)",
+                                       m_id, m_peer.pid, *left_out);
+            }
         }
         m_peer_shares_files = same;
     }
