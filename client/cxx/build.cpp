@@ -95,10 +95,12 @@ void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& r
     }
 }
 
-// Marks in `named` the rewritten directories an output names: an ELF object
-// or shared object outside its debug information (a __FILE__ string, an
-// assert message, a RUNPATH), any other file (a precompiled header) anywhere.
-// False when the ELF file's section table cannot be read.
+// Marks in `named` the rewritten directories an ELF object or shared object
+// names outside its debug information (a __FILE__ string, an assert message,
+// a RUNPATH). Any other output (a precompiled header) is not looked at: its
+// format mixes in debug information and the header's own path, which would
+// pin every one (docs/cxx.md, "Directory pins"). False when the ELF file's
+// section table cannot be read.
 bool mark_output_names(std::span<const std::byte> file,
                        const std::vector<PathRewriter::Rule>& rules, std::vector<bool>& named) {
     const auto u16 = [&](std::size_t at) {
@@ -119,7 +121,6 @@ bool mark_output_names(std::span<const std::byte> file,
     const auto text = proto::as_text(file);
     if (!text.starts_with("\x7f"
                           "ELF")) {
-        mark_named(text, rules, named);
         return true;
     }
     if (file.size() < 64 ||
