@@ -72,16 +72,11 @@ std::string Launcher::explain() {
     out += fmt::format("manifest {}: {} variant(s)\n", manifest_key, manifest->variants.size());
     for (std::size_t v = 0; v < manifest->variants.size(); ++v) {
         const auto& variant = manifest->variants[v];
-        std::vector<std::string> paths;
+        std::vector<std::string_view> recorded;
         for (const auto& input : variant) {
-            paths.push_back(m_rewriter.expand(input.path));
+            recorded.push_back(input.path);
         }
-        auto hashes = hash_files(paths);
-        for (std::size_t i = 0; i < variant.size(); ++i) {
-            if (const auto pin = proto::cxx::pin_state(variant[i].path, m_rewriter.expansions())) {
-                hashes[i] = *pin;
-            }
-        }
+        const auto hashes = current_state(recorded);
         std::size_t same = 0;
         std::string differences;
         for (std::size_t i = 0; i < variant.size(); ++i) {

@@ -490,20 +490,29 @@ bool Launcher::lookup() {
     return match_manifest();
 }
 
+std::vector<FileHash> Launcher::current_state(std::span<const std::string_view> recorded) {
+    std::vector<FileHash> state(recorded.size());
+    std::vector<std::string> paths;
+    std::vector<std::size_t> slot;
+    for (std::size_t i = 0; i < recorded.size(); ++i) {
+        if (const auto pin = proto::cxx::pin_state(recorded[i], m_rewriter.expansions())) {
+            state[i] = *pin; // a directory, not a file: nothing to hash
+            continue;
+        }
+        paths.push_back(m_rewriter.expand(recorded[i]));
+        slot.push_back(i);
+    }
+    const auto hashes = hash_files(paths);
+    for (std::size_t j = 0; j < hashes.size(); ++j) {
+        state[slot[j]] = hashes[j];
+    }
+    return state;
+}
+
 bool Launcher::match_manifest() {
     // Hash every path any variant names, once.
     const auto names = proto::cxx::manifest_paths(m_manifest);
-    std::vector<std::string> paths;
-    paths.reserve(names.paths.size());
-    for (const auto path : names.paths) {
-        paths.push_back(m_rewriter.expand(path));
-    }
-    auto hashes = hash_files(paths);
-    for (std::size_t i = 0; i < names.paths.size(); ++i) {
-        if (const auto pin = proto::cxx::pin_state(names.paths[i], m_rewriter.expansions())) {
-            hashes[i] = *pin;
-        }
-    }
+    const auto hashes = current_state(names.paths);
     for (std::size_t v = 0; v < m_manifest.variants.size(); ++v) {
         if (!proto::cxx::variant_matches(m_manifest, names, v, hashes)) {
             continue;

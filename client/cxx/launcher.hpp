@@ -93,6 +93,9 @@ private:
     [[noreturn]] void build_and_store();
     void store(const RunResult& result, const std::string& deps_path, std::int64_t start_ns);
     std::vector<FileHash> hash_files(const std::vector<std::string>& paths);
+    // The current state of paths recorded in a manifest, expanded for this
+    // invocation: directory pins answered from its rules, files hashed.
+    std::vector<FileHash> current_state(std::span<const std::string_view> recorded);
     Variant record_inputs(const std::vector<std::string>& deps, bool& cacheable);
     std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
     [[noreturn]] void pass_through();
