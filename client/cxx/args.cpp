@@ -256,9 +256,11 @@ Classification classify(std::span<const std::string> args) {
                 source = i;
                 source_is_header = header;
                 inv.path_args.push_back(i);
+                inv.not_for_probe.push_back(i);
             } else if (language == "none" && is_link_input(a)) {
                 inv.link_inputs.emplace_back(a);
                 inv.path_args.push_back(i);
+                inv.not_for_probe.push_back(i);
             } else {
                 return no("an input of unknown kind (" + std::string(a) + ")");
             }
@@ -273,11 +275,13 @@ Classification classify(std::span<const std::string> args) {
             if (output) {
                 return no("several -o");
             }
+            inv.not_for_probe.push_back(i);
             if (a == "-o") {
                 if (!has_next) {
                     return no("-o without a file");
                 }
                 output = ++i;
+                inv.not_for_probe.push_back(i);
                 inv.output_path = args[i];
             } else {
                 output = i;
@@ -301,6 +305,7 @@ Classification classify(std::span<const std::string> args) {
             continue;
         }
         if (a == "-c") {
+            inv.not_for_probe.push_back(i);
             compile_only = true;
             continue;
         }
@@ -317,6 +322,9 @@ Classification classify(std::span<const std::string> args) {
             if (!a.starts_with(option)) {
                 continue;
             }
+            if (option == "-include") {
+                inv.not_for_probe.push_back(i);
+            }
             if (a.size() > option.size()) {
                 list->emplace_back(a.substr(option.size()));
             } else if (has_next) {
@@ -326,6 +334,9 @@ Classification classify(std::span<const std::string> args) {
             }
             if (option != "-l") {
                 inv.path_args.push_back(i);
+            }
+            if (option == "-include") {
+                inv.not_for_probe.push_back(i); // the operand (or the joined option again)
             }
             taken = true;
             break;

@@ -39,6 +39,10 @@ struct Invocation {
     // rewritten. Any other argument (a -D string, -Wl,-rpath) is keyed as
     // given: its text can end up in the output.
     std::vector<std::size_t> path_args;
+    // Indices of the arguments the include-search probe leaves out (the
+    // source, -o and its operand, -c, -include and its operand, link inputs):
+    // see search_probe_args().
+    std::vector<std::size_t> not_for_probe;
     bool uses_native = false;     // -march=native, -mtune=native or -mcpu=native
     bool debug_info = false;      // -g other than -g0: paths are kept as they are
     bool static_link = false;     // -static

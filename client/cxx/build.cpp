@@ -12,7 +12,9 @@
 #include <unistd.h>
 #include <unordered_set>
 
+#include "client/cxx/includes.hpp"
 #include "client/cxx/launcher.hpp"
+#include "client/cxx/shadowing.hpp"
 #include "proto/bytes.hpp"
 #include "proto/cxx_value.hpp"
 
@@ -255,7 +257,25 @@ std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts
     return candidates;
 }
 
-Variant Launcher::record_inputs(const std::vector<std::string>& deps, bool& cacheable) {
+std::optional<SearchList> Launcher::search_list() {
+    const auto probe = search_probe_args(m_compiler.path, m_args, m_invocation);
+    const auto result = run_captured(m_compiler.path, probe);
+    if (!result.started || result.exit_code != 0) {
+        return std::nullopt;
+    }
+    auto list = parse_search_list(result.err);
+    if (list) {
+        for (auto* dirs : {&list->quoted, &list->bracket, &list->absent}) {
+            for (auto& dir : *dirs) {
+                dir = absolute_path(dir, m_cwd);
+            }
+        }
+    }
+    return list;
+}
+
+Variant Launcher::record_inputs(const std::vector<std::string>& deps,
+                                const std::vector<std::string>& candidates, bool& cacheable) {
     std::vector<std::string> paths;
     // The output is never an input (a header's own .gch is the output of its
     // precompilation).
@@ -289,12 +309,20 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps, bool& cach
             add(path);
         }
     }
+    // Shadowing candidates last: whatever their status, it is recorded (a
+    // directory named like a header is passed over by the compiler as long
+    // as it stays one).
+    const std::size_t first_candidate = paths.size();
+    for (const auto& path : candidates) {
+        add(path);
+    }
     const auto hashes = hash_files(paths);
     Variant variant;
     variant.reserve(paths.size());
     for (std::size_t i = 0; i < paths.size(); ++i) {
         const auto& hash = hashes[i];
-        if (hash.status != FileStatus::ok && hash.status != FileStatus::not_found) {
+        if (i < first_candidate && hash.status != FileStatus::ok &&
+            hash.status != FileStatus::not_found) {
             // A directory of precompiled headers, an unreadable header...:
             // what the compiler used cannot be pinned down.
             log(fmt::format("not stored: input {} is not a readable file", paths[i]));
@@ -325,11 +353,14 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
         log("not stored: empty dependency output");
         return;
     }
-    bool cacheable = true;
-    auto variant = record_inputs(deps, cacheable);
-    if (!cacheable) {
+    // Where a header created later would be taken instead of one this
+    // build used (docs/cxx.md, "Shadowing candidates").
+    auto search = search_list();
+    if (!search) {
+        log("not stored: the compiler did not print its include search list");
         return;
     }
+    ShadowCandidates shadows(std::move(*search));
     // A header that names a rewritten directory itself (`#include
     // "/tmp/x/v.h"`) makes the compiler open that very path wherever it
     // runs, not the file the placeholder expands to there; an output that
@@ -341,11 +372,22 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     std::vector<bool> named(rules.size(), false);
     for (const auto& dep : deps) {
         const auto path = absolute_path(dep, m_cwd);
+        shadows.add_dependency(path);
         if (path.ends_with(".gch")) {
             continue; // an input hashed whole: its content pins what it names
         }
         MappedFile file(path);
-        mark_named(proto::as_text(file.bytes()), rules, named);
+        const auto text = proto::as_text(file.bytes());
+        mark_named(text, rules, named);
+        shadows.add_names(path, include_names(text));
+    }
+    for (const auto& include : m_invocation.includes) {
+        shadows.add_forced_include(include, m_cwd);
+    }
+    bool cacheable = true;
+    auto variant = record_inputs(deps, shadows.paths(), cacheable);
+    if (!cacheable) {
+        return;
     }
     // An input changed after this launcher started: the hash may not be
     // what the compiler read.

@@ -17,6 +17,7 @@
 #include "client/cxx/args.hpp"
 #include "client/cxx/compiler.hpp"
 #include "client/cxx/entries.hpp"
+#include "client/cxx/includes.hpp"
 #include "client/cxx/process.hpp"
 
 namespace pt2cache::client::cxx {
@@ -96,7 +97,13 @@ private:
     // The current state of paths recorded in a manifest, expanded for this
     // invocation: directory pins answered from its rules, files hashed.
     std::vector<FileHash> current_state(std::span<const std::string_view> recorded);
-    Variant record_inputs(const std::vector<std::string>& deps, bool& cacheable);
+    // The invocation's include search list (absolute directories), from the
+    // compiler itself; nullopt when it would not say.
+    std::optional<SearchList> search_list();
+    // The build's input records: its dependencies and the files behind them,
+    // then the shadowing `candidates`.
+    Variant record_inputs(const std::vector<std::string>& deps,
+                          const std::vector<std::string>& candidates, bool& cacheable);
     std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
     [[noreturn]] void pass_through();
     void log(std::string_view message) const;

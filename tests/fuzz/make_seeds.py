@@ -262,6 +262,27 @@ write("cxx_manifest", {
     "truncated": manifest([_variant])[:-7],
 })
 
+# ---- pt2cache-cxx header text and search lists (docs/cxx.md) ----
+
+_GCC_V = b"""Using built-in specs.
+ignoring duplicate directory "/usr/include/x86_64-linux-gnu/c++/12"
+ignoring nonexistent directory "nonex"
+#include "..." search starts here:
+ q
+#include <...> search starts here:
+ /usr/include/c++/12
+ /System/Library/Frameworks (framework directory)
+ /usr/include
+End of search list.
+"""
+write("cxx_includes", {
+    "directives": b'#include <vector>\n  # include "a/b.h"\n#include_next <stdlib.h>\n'
+                  b'#import "m.h"\n#if __has_include(<opt.h>) && __has_include_next("n.h")\n'
+                  b'#include <>\n#include "open\n#endif\n',
+    "gcc-v": _GCC_V,
+    "gcc-v-truncated": _GCC_V[:-20],
+})
+
 # ---- archives (docs/archive.md) ----
 
 

@@ -57,6 +57,20 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return proc
 
 
+# A source whose object holds V, for tests that build where a wrong hit
+# would hand over another V.
+RETURN_V = 'extern "C" int f() { return V; }\n'
+
+
+def same_as_gxx(args: list, cwd: Path, output: Path) -> None:
+    """`output`, as the launcher left it, is what g++ makes of `args` now."""
+    got = output.read_bytes()
+    ref = output.with_name("ref-" + output.name)
+    o = args.index("-o")
+    ok(gxx([*args[:o + 1], ref, *args[o + 2:]], cwd))
+    assert got == ref.read_bytes(), f"{output} is not what g++ builds"
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -13,18 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cxx_helpers import GXX, LAUNCHER, counters, cxx, gxx, launcher_env, ok, run, write
-
-RETURN_V = 'extern "C" int f() { return V; }\n'
-
-
-def _same_as_gxx(args: list, cwd: Path, output: Path) -> None:
-    """`output`, as the launcher left it, is what g++ makes of `args` now."""
-    got = output.read_bytes()
-    ref = output.with_name("ref-" + output.name)
-    o = args.index("-o")
-    ok(gxx([*args[:o + 1], ref, *args[o + 2:]], cwd))
-    assert got == ref.read_bytes(), f"{output} is not what g++ builds"
+from cxx_helpers import (GXX, LAUNCHER, RETURN_V, counters, cxx, gxx, launcher_env, ok, run,
+                         same_as_gxx, write)
 
 
 def test_define_and_rpath_keep_their_directories(daemon, tmp_root):
@@ -55,7 +45,7 @@ def test_header_the_source_names_outside_its_directory(daemon, tmp_root):
         write(a / "h.h", "#define V 2\n")
         args = ["-c", b / "k.cpp", "-O2", "-o", b / "k.o"]
         ok(cxx(args, b, env))
-        _same_as_gxx(args, b, b / "k.o")
+        same_as_gxx(args, b, b / "k.o")
 
 
 def test_header_that_names_a_rewritten_directory(daemon, tmp_root):
@@ -72,7 +62,7 @@ def test_header_that_names_a_rewritten_directory(daemon, tmp_root):
     write(a / "v.h", "#define V 2\n")
     args = ["-c", b / "k.cpp", "-O2", "-o", b / "k.o"]
     ok(cxx(args, b, env))
-    _same_as_gxx(args, b, b / "k.o")
+    same_as_gxx(args, b, b / "k.o")
     c = counters(daemon)
     assert (c.get("hits", 0), c.get("builds", 0)) == (0, 2), c
     # Back in A, A's pinned build (V 1) no longer matches its v.h. B's build
@@ -80,16 +70,16 @@ def test_header_that_names_a_rewritten_directory(daemon, tmp_root):
     # is what g++ makes in A too, and A hits on it.
     args = ["-c", a / "k.cpp", "-O2", "-o", a / "k.o"]
     ok(cxx(args, a, env))
-    _same_as_gxx(args, a, a / "k.o")
+    same_as_gxx(args, a, a / "k.o")
     c = counters(daemon)
     assert (c.get("hits", 0), c.get("builds", 0)) == (1, 2), c
     # With v.h at V 1 again, A's own pinned build matches: a hit in A...
     write(a / "v.h", "#define V 1\n")
     ok(cxx(args, a, env))
-    _same_as_gxx(args, a, a / "k.o")
+    same_as_gxx(args, a, a / "k.o")
     # ...and not in B, where A's directory is not the source's.
     ok(cxx(["-c", b / "k.cpp", "-O2", "-o", b / "k.o"], b, env))
-    _same_as_gxx(["-c", b / "k.cpp", "-O2", "-o", b / "k.o"], b, b / "k.o")
+    same_as_gxx(["-c", b / "k.cpp", "-O2", "-o", b / "k.o"], b, b / "k.o")
     c = counters(daemon)
     assert (c.get("hits", 0), c.get("builds", 0)) == (2, 3), c
 
@@ -103,7 +93,7 @@ def test_file_macro_naming_the_source_directory_pins_the_build(daemon, tmp_root)
         write(d / "k.cpp", '#include <cassert>\nextern "C" void f(int x) { assert(x > 0); }\n')
         args = ["-c", d / "k.cpp", "-O2", "-o", d / "k.o"]
         ok(cxx(args, d, env))
-        _same_as_gxx(args, d, d / "k.o")
+        same_as_gxx(args, d, d / "k.o")
         ok(cxx(["-c", d / "k.cpp", "-O2", "-g1", "-DNDEBUG", "-o", d / "n.o"], d, env))
     # Stored: A's k.o and n.o, B's k.o; hits: B's n.o, A's k.o and n.o again.
     c = counters(daemon)
@@ -125,7 +115,7 @@ def test_dotdot_after_a_symbolic_link(daemon, tmp_root):
     ok(cxx(args, w, env))
     write(there / "h.h", "#define V 2\n")
     ok(cxx(args, w, env))
-    _same_as_gxx(args, w, w / "k.o")
+    same_as_gxx(args, w, w / "k.o")
 
 
 def test_relative_include_directory_from_another_working_directory(daemon, tmp_root):
@@ -138,7 +128,7 @@ def test_relative_include_directory_from_another_working_directory(daemon, tmp_r
     args = ["-c", src / "k.cpp", "-Iinc", "-O2", "-o", out / "k.o"]
     ok(cxx(args, tmp_root / "W1", env))
     ok(cxx(args, tmp_root / "W2", env))
-    _same_as_gxx(args, tmp_root / "W2", out / "k.o")
+    same_as_gxx(args, tmp_root / "W2", out / "k.o")
 
 
 def test_ld_run_path_is_in_the_key(daemon, tmp_root):

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+#include <string>
+#include <vector>
+
+#include "client/cxx/args.hpp"
+#include "client/cxx/includes.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace pt2cache::client::cxx;
+
+TEST_CASE("include_names finds every literal header name", "[cxx][includes]") {
+    const auto names =
+        include_names("#include <vector>\n"
+                      "  #  include   \"a/b.h\" // trailing\n"
+                      "#include_next <stdlib.h>\n"
+                      "#import \"m.h\"\n"
+                      "#if __has_include(<opt.h>) && __has_include_next ( \"n.h\" )\n"
+                      "#include MACRO\n"
+                      "#include <>\n"
+                      "#include \"unterminated\n"
+                      "int include = 0; // not a directive\n"
+                      "#define X \"#include <no.h>\"\n");
+    const std::vector<IncludeName> expected = {
+        {"vector", false, false, false},  {"a/b.h", true, false, false},
+        {"stdlib.h", false, true, false}, {"m.h", true, false, false},
+        {"opt.h", false, false, true},    {"n.h", true, true, true},
+    };
+    CHECK(names == expected);
+    CHECK(include_names("").empty());
+    CHECK(include_names("#include").empty());
+    CHECK(include_names(std::string("#include \"a\0b\"\n", 15)).empty());
+}
+
+TEST_CASE("parse_search_list reads GCC's -v output", "[cxx][includes]") {
+    const std::string gcc =
+        "Using built-in specs.\n"
+        "ignoring duplicate directory \"/usr/include/x86_64-linux-gnu/c++/12\"\n"
+        "ignoring nonexistent directory \"nonex\"\n"
+        "ignoring nonexistent directory \"/usr/local/include/x86_64-linux-gnu\"\n"
+        "#include \"...\" search starts here:\n"
+        " q\n"
+        "#include <...> search starts here:\n"
+        " inc\n"
+        " /usr/include/c++/12\n"
+        " /System/Library/Frameworks (framework directory)\n"
+        " /usr/include\n"
+        "End of search list.\n"
+        " /not/a/dir\n";
+    const auto list = parse_search_list(gcc);
+    REQUIRE(list);
+    CHECK(list->quoted == std::vector<std::string>{"q"});
+    CHECK(list->bracket == std::vector<std::string>{"inc", "/usr/include/c++/12",
+                                                    "/System/Library/Frameworks", "/usr/include"});
+    CHECK(list->absent == std::vector<std::string>{"nonex", "/usr/local/include/x86_64-linux-gnu"});
+
+    CHECK_FALSE(parse_search_list(""));
+    CHECK_FALSE(parse_search_list("#include <...> search starts here:\n /usr/include\n"));
+    CHECK_FALSE(parse_search_list("#include \"...\" search starts here:\nEnd of search list.\n"));
+}
+
+TEST_CASE("search_probe_args keeps the options and drops inputs and outputs", "[cxx][includes]") {
+    const std::vector<std::string> args = {"-c",  "k.cpp",    "-Iinc",   "-isystem",
+                                           "sys", "-include", "pch.h",   "-O2",
+                                           "-o",  "k.o",      "-Werror", "-std=c++17"};
+    const auto classified = classify(args);
+    REQUIRE(classified.invocation);
+    const auto probe = search_probe_args("/usr/bin/g++", args, *classified.invocation);
+    const std::vector<std::string> expected = {
+        "/usr/bin/g++", "-Iinc", "-isystem", "sys", "-O2",       "-Werror", "-std=c++17", "-E",
+        "-v",           "-w",    "-x",       "c++", "/dev/null", "-o",      "/dev/null"};
+    CHECK(probe == expected);
+
+    const std::vector<std::string> shared = {"a.cpp",       "x.o",    "-shared",
+                                             "-includeh.h", "-oa.so", "-lm"};
+    const auto linked = classify(shared);
+    REQUIRE(linked.invocation);
+    CHECK(search_probe_args("g++", shared, *linked.invocation) ==
+          std::vector<std::string>{"g++", "-shared", "-lm", "-E", "-v", "-w", "-x", "c++",
+                                   "/dev/null", "-o", "/dev/null"});
+}

@@ -1,0 +1,142 @@
+"""pt2cache-cxx: a header created where the compiler looks before the one a
+build used (docs/cxx.md, "Inputs": shadowing candidates). Each test builds,
+creates the shadowing file, builds again, and checks the second output is
+what g++ makes now: a hit on the first build would be a false hit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cxx_helpers import RETURN_V, counters, cxx, launcher_env, ok, same_as_gxx, write
+
+
+def _build_twice(daemon, root: Path, args: list, shadow: Path, text: str = "#define V 2\n"):
+    """Builds `args` in `root` (a miss, stored), builds it again (a hit),
+    creates `shadow`, builds once more and compares with g++."""
+    env = launcher_env(daemon, root / "t")
+    ok(cxx(args, root, env))
+    ok(cxx(args, root, env))
+    before = counters(daemon)
+    assert before.get("hits", 0) >= 1, before  # the candidates do not cost the hit
+    write(shadow, text)
+    ok(cxx(args, root, env))
+    same_as_gxx(args, root, root / "k.o")
+    after = counters(daemon)
+    assert after.get("hits", 0) == before.get("hits", 0), after
+
+
+def test_quoted_include_shadowed_in_the_source_directory(daemon, tmp_root):
+    """`#include "h.h"` found through -I: a later h.h beside the source wins."""
+    root = tmp_root / "q"
+    write(root / "inc/h.h", "#define V 1\n")
+    write(root / "k.cpp", '#include "h.h"\n' + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                 root / "h.h")
+
+
+def test_angle_include_shadowed_by_an_earlier_directory(daemon, tmp_root):
+    """`#include <h.h>` found in the second -I directory: one created in the
+    first wins, and so does one in a first -I directory that did not exist."""
+    for first_exists in (True, False):
+        root = tmp_root / f"a{int(first_exists)}"
+        if first_exists:
+            (root / "first").mkdir(parents=True)
+        write(root / "second/h.h", "#define V 1\n")
+        write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+        _build_twice(daemon, root,
+                     ["-c", root / "k.cpp", "-Ifirst", "-Isecond", "-o", root / "k.o"],
+                     root / "first/h.h", f"#define V {2 + int(first_exists)}\n")
+
+
+def test_header_in_a_subdirectory_shadowed(daemon, tmp_root):
+    """`#include <lib/h.h>`: the first directory had no `lib` at all."""
+    root = tmp_root / "subdir"
+    (root / "first").mkdir(parents=True)
+    write(root / "second/lib/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <lib/h.h>\n" + RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-I", "first", "-isystem", "second", "-o", root / "k.o"],
+                 root / "first/lib/h.h")
+
+
+def test_quoted_include_from_a_header_shadowed_beside_it(daemon, tmp_root):
+    """A header's own directory comes first for its quoted includes."""
+    root = tmp_root / "h"
+    write(root / "one/a.h", '#include "b.h"\n')
+    write(root / "two/b.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <a.h>\n" + RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-Ione", "-Itwo", "-o", root / "k.o"],
+                 root / "one/b.h")
+
+
+def test_system_header_shadowed_by_an_include_directory(daemon, tmp_root):
+    """<climits> comes from the compiler's own directories, after every -I."""
+    root = tmp_root / "y"
+    (root / "inc").mkdir(parents=True)
+    write(root / "k.cpp", "#include <climits>\n#define V (CHAR_BIT - 7)\n" + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                 root / "inc/climits", "#define CHAR_BIT 9\n")
+
+
+def test_has_include_of_a_missing_header(daemon, tmp_root):
+    """`__has_include("opt.h")` was false: a build after opt.h appears is
+    another build."""
+    root = tmp_root / "x"
+    write(root / "k.cpp", '#if __has_include("opt.h")\n#include "opt.h"\n#else\n'
+                          "#define V 1\n#endif\n" + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-o", root / "k.o"], root / "opt.h")
+
+
+def test_forced_include_shadowed_in_the_working_directory(daemon, tmp_root):
+    """`-include h.h` is looked for in the working directory first, then
+    along the quoted chain."""
+    root = tmp_root / "f"
+    write(root / "inc/h.h", "#define V 1\n")
+    write(root / "k.cpp", RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-Iinc", "-include", "h.h", "-o", root / "k.o"],
+                 root / "h.h")
+
+
+def test_include_next_shadowed_between(daemon, tmp_root):
+    """one/h.h's `#include_next <h.h>` took three/h.h: a two/h.h created
+    later is the one it takes then."""
+    root = tmp_root / "n"
+    write(root / "one/h.h", "#include_next <h.h>\n")
+    (root / "two").mkdir(parents=True)
+    write(root / "three/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-Ione", "-Itwo", "-Ithree", "-o", root / "k.o"],
+                 root / "two/h.h")
+
+
+def test_include_named_by_a_macro_shadowed(daemon, tmp_root):
+    """`#include HEADER`: the name is not in the text, the dependency is."""
+    root = tmp_root / "m"
+    (root / "first").mkdir(parents=True)
+    write(root / "second/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#define HEADER <h.h>\n#include HEADER\n" + RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-Ifirst", "-Isecond", "-o", root / "k.o"],
+                 root / "first/h.h")
+
+
+def test_skipped_include_is_not_a_candidate(daemon, tmp_root):
+    """A header in a branch the preprocessor skipped cannot change the
+    build: creating one where it would be found keeps the hit (and it is
+    right: g++ builds the same)."""
+    root = tmp_root / "k"
+    (root / "first").mkdir(parents=True)
+    write(root / "second/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <h.h>\n#if 0\n#include <other.h>\n#include <h.h>\n#endif\n"
+                          + RETURN_V)
+    args = ["-c", root / "k.cpp", "-Ifirst", "-Isecond", "-o", root / "k.o"]
+    env = launcher_env(daemon, root / "t")
+    ok(cxx(args, root, env))
+    write(root / "first/other.h", "#error never read\n")
+    ok(cxx(args, root, env))
+    same_as_gxx(args, root, root / "k.o")
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("builds", 0)) == (1, 1), c
