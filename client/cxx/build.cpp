@@ -101,8 +101,9 @@ void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& r
 // names outside its debug information (a __FILE__ string, an assert message,
 // a RUNPATH). Any other output (a precompiled header) is not looked at: its
 // format mixes in debug information and the header's own path, which would
-// pin every one (docs/cxx.md, "Directory pins"). False when the ELF file's
-// section table cannot be read.
+// pin every one (docs/cxx.md, "Directory pins"); its preprocessed text is
+// (Launcher::mark_preprocessed_names). False when the ELF file's section
+// table cannot be read.
 bool mark_output_names(std::span<const std::byte> file,
                        const std::vector<PathRewriter::Rule>& rules, std::vector<bool>& named) {
     const auto u16 = [&](std::size_t at) {
@@ -338,6 +339,35 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps,
     return variant;
 }
 
+bool Launcher::mark_preprocessed_names(std::vector<bool>& named) {
+    // What the precompiled header holds apart from its debug information
+    // and its own path: the header preprocessed, without line markers. A
+    // __FILE__ expanded there is a string naming the directory.
+    auto text_path = temp_dir() + "/pt2cache-cxx-XXXXXX";
+    const int fd = ::mkstemp(text_path.data());
+    if (fd < 0) {
+        return false;
+    }
+    ::close(fd);
+    std::vector<std::string> argv;
+    argv.reserve(m_args.size() + 3);
+    argv.push_back(m_compiler.path);
+    argv.insert(argv.end(), m_args.begin(), m_args.end());
+    auto& output = argv[m_invocation.output + 1];
+    output = output == m_invocation.output_path ? text_path : "-o" + text_path;
+    argv.emplace_back("-E");
+    argv.emplace_back("-P");
+    const auto result = run_captured(m_compiler.path, argv);
+    bool ok = result.started && result.exit_code == 0;
+    if (ok) {
+        MappedFile text(text_path);
+        ok = text.ok();
+        mark_named(proto::as_text(text.bytes()), m_rewriter.rules(), named);
+    }
+    ::unlink(text_path.c_str());
+    return ok;
+}
+
 void Launcher::store(const RunResult& result, const std::string& deps_path, std::int64_t start_ns) {
     std::string deps_text;
     {
@@ -410,6 +440,10 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     }
     if (!mark_output_names(output.bytes(), rules, named)) {
         log("not stored: the output's ELF section table cannot be read");
+        return;
+    }
+    if (m_invocation.kind == Kind::precompiled_header && !mark_preprocessed_names(named)) {
+        log("not stored: the header could not be preprocessed");
         return;
     }
     for (std::size_t r = 0; r < rules.size(); ++r) {

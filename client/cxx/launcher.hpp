@@ -104,6 +104,10 @@ private:
     // then the shadowing `candidates`.
     Variant record_inputs(const std::vector<std::string>& deps,
                           const std::vector<std::string>& candidates, bool& cacheable);
+    // For a precompiled header: marks in `named` the rewritten directories
+    // its header's preprocessed text names (docs/cxx.md, "Directory pins").
+    // False when the compiler could not preprocess it.
+    bool mark_preprocessed_names(std::vector<bool>& named);
     std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
     [[noreturn]] void pass_through();
     void log(std::string_view message) const;

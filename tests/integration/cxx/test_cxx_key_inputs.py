@@ -100,6 +100,25 @@ def test_file_macro_naming_the_source_directory_pins_the_build(daemon, tmp_root)
     assert (c.get("hits", 0), c.get("builds", 0)) == (3, 3), c
 
 
+def test_file_macro_in_a_precompiled_header_pins_it(daemon, tmp_root):
+    """__FILE__ expanded in a precompiled header names the header's
+    directory: another directory's hit would hand over a .gch (and every
+    object built on it) naming the first one. The header's preprocessed text
+    pins it; one without __FILE__ and debug information only still hits in
+    another directory."""
+    env = launcher_env(daemon, tmp_root / "t")
+    for d in (tmp_root / "A", tmp_root / "B", tmp_root / "A"):
+        write(d / "f.h", 'inline const char* where() { return __FILE__; }\n')
+        write(d / "p.h", "inline int plain() { return 1; }\n")
+        for name in ("f", "p"):
+            ok(cxx(["-x", "c++-header", d / f"{name}.h", "-O2", "-g1", "-o",
+                    d / f"{name}.h.gch"], d, env))
+        assert str(d / "f.h").encode() in (d / "f.h.gch").read_bytes()
+    # Stored: A's f and p, B's f; hits: B's p, A's f and p again.
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("builds", 0)) == (3, 3), c
+
+
 def test_dotdot_after_a_symbolic_link(daemon, tmp_root):
     """"link/../h.h" is the header beside the link's target, not beside the
     link."""
