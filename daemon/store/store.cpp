@@ -101,7 +101,7 @@ bool Store::remote_serves(const StorePolicy& policy, std::string_view ns) const 
 tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePolicy& policy,
                                                                  std::string_view ns,
                                                                  std::string_view key, bool local,
-                                                                 bool* found_locally) {
+                                                                 TierId* found_locally) {
     std::string flight_key;
     flight_key.reserve(ns.size() + 1 + key.size());
     flight_key.append(ns).append(1, '\0').append(key);
@@ -111,12 +111,20 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
         // Another flight for this key may have ended, its backfill done,
         // between this caller's local lookups and its own flight: the entry
         // is local now, and asking Redis again would break single flight.
+        // The backfill reaches memory last: without memory, the disk.
         if (local && m_memory_on != nullptr) {
             if (auto entry = m_memory_on->lookup(ns, key)) {
                 if (found_locally != nullptr) {
-                    *found_locally = true;
+                    *found_locally = TierId::memory;
                 }
                 return tl::expected<std::optional<Entry>, StoreError>(std::move(entry));
+            }
+        } else if (local && m_disk_on != nullptr) {
+            if (auto entry = m_disk_on->get(ns, key); entry && *entry) {
+                if (found_locally != nullptr) {
+                    *found_locally = TierId::disk;
+                }
+                return entry;
             }
         }
         auto result = m_remote->get(ns, key);
@@ -227,12 +235,12 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
         }
     }
     if (remote) {
-        bool found_locally = false;
+        auto found_locally = TierId::remote;
         auto result = remote_get(*policy, ns, key, local, &found_locally);
         if (result && *result) {
-            // Found in memory after all (a concurrent get's backfill): a
-            // memory hit, after the miss counted above.
-            hit(found_locally ? TierId::memory : TierId::remote, **result);
+            // Found locally after all (a concurrent get's backfill): a
+            // memory or disk hit, after the miss counted above.
+            hit(found_locally, **result);
             return std::move(*result);
         }
         if (result) {

@@ -177,12 +177,12 @@ private:
                                              const Entry& entry);
     // The remote tier's answer for `key`, through the single flight; a hit is
     // copied into the local tiers when `local`. `found_locally` (optional)
-    // tells a hit the memory tier answered after all (a concurrent get's
-    // backfill landed after this caller's own lookup).
+    // names the local tier that answered after all (a concurrent get's
+    // backfill landed after this caller's own lookups); untouched otherwise.
     tl::expected<std::optional<Entry>, StoreError> remote_get(const StorePolicy& policy,
                                                               std::string_view ns,
                                                               std::string_view key, bool local,
-                                                              bool* found_locally = nullptr);
+                                                              TierId* found_locally = nullptr);
     bool remote_serves(const StorePolicy& policy, std::string_view ns) const;
 
     Stats& m_stats;

@@ -9,12 +9,16 @@ from remote_helpers import OK, Native, command_calls, fx_key, inductor_value, re
     remote_stats, wait_remote_state
 
 
-@pytest.mark.parametrize("size", [1_000, 4_000_000])
-def test_concurrent_gets_of_a_remote_only_key_send_one_get(remote_daemon, redis_server, size):
-    d = remote_daemon(extra=["--set", "daemon.blocking_threads=16"])
+@pytest.mark.parametrize("size,memory", [(1_000, "256MiB"), (4_000_000, "256MiB"), (1_000, "0")])
+def test_concurrent_gets_of_a_remote_only_key_send_one_get(remote_daemon, redis_server, size,
+                                                            memory):
+    """With the memory tier off (0), a get that finds the flight over finds
+    the backfill on disk."""
+    d = remote_daemon(extra=["--set", "daemon.blocking_threads=16",
+                             "--set", f"memory.max_size={memory}"])
     wait_remote_state(d, "connected")
     direct = redis_client(redis_server)
-    redis_key, inner = fx_key(f"single-flight-{size}")
+    redis_key, inner = fx_key(f"single-flight-{size}-{memory}")
     value = inductor_value(size)
     direct.set(redis_key, value)
     clients = [Native(d.socket) for _ in range(16)]
