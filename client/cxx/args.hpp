@@ -28,6 +28,10 @@ struct Invocation {
     std::string output_path;
     // -include operands, in order.
     std::vector<std::string> includes;
+    // -imacros operands, in order.
+    std::vector<std::string> macro_files;
+    // -I, -isystem, -iquote and -idirafter operands, in order.
+    std::vector<std::string> include_dirs;
     // -L directories and -l names (without "-l"), in order; "-l:file" keeps ':'.
     std::vector<std::string> library_dirs;
     std::vector<std::string> libraries;

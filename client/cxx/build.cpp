@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <memory>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -390,7 +391,22 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
         log("not stored: the compiler did not print its include search list");
         return;
     }
-    ShadowCandidates shadows(std::move(*search));
+    // Every directory the invocation names for the search, as given too: the
+    // compiler drops one that is a file or the duplicate of another, and
+    // either may change.
+    for (const auto& dir : m_invocation.include_dirs) {
+        search->absent.push_back(absolute_path(dir, m_cwd));
+    }
+    for (const auto* variable : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+        const char* value = std::getenv(variable);
+        for (std::string_view rest = value != nullptr ? value : ""; !rest.empty();) {
+            const auto colon = rest.find(':');
+            // An empty entry is the working directory.
+            search->absent.push_back(absolute_path(rest.substr(0, colon), m_cwd));
+            rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+        }
+    }
+    ShadowCandidates shadows(std::move(*search), absolute_path(m_invocation.source_path, m_cwd));
     // A header that names a rewritten directory itself (`#include
     // "/tmp/x/v.h"`) makes the compiler open that very path wherever it
     // runs, not the file the placeholder expands to there; an output that
@@ -400,19 +416,39 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     // expands to it again.
     const auto& rules = m_rewriter.rules();
     std::vector<bool> named(rules.size(), false);
+    struct Text {
+        std::string path;
+        std::unique_ptr<MappedFile> file;
+        std::string clean; // without comments
+    };
+    std::vector<Text> texts;
     for (const auto& dep : deps) {
-        const auto path = absolute_path(dep, m_cwd);
+        auto path = absolute_path(dep, m_cwd);
         shadows.add_dependency(path);
         if (path.ends_with(".gch")) {
             continue; // an input hashed whole: its content pins what it names
         }
-        MappedFile file(path);
-        const auto text = proto::as_text(file.bytes());
+        auto file = std::make_unique<MappedFile>(path);
+        const auto text = proto::as_text(file->bytes());
         mark_named(text, rules, named);
-        shadows.add_names(path, include_names(text));
+        auto clean = without_comments(text);
+        texts.push_back(Text{std::move(path), std::move(file), std::move(clean)});
+    }
+    // The macros that name headers may be defined in any of them.
+    std::vector<std::string_view> clean_texts;
+    for (const auto& text : texts) {
+        clean_texts.push_back(text.clean);
+    }
+    const auto macros = include_macros(clean_texts);
+    for (const auto& text : texts) {
+        shadows.add_names(text.path,
+                          include_names(proto::as_text(text.file->bytes()), text.clean, macros));
     }
     for (const auto& include : m_invocation.includes) {
-        shadows.add_forced_include(include, m_cwd);
+        shadows.add_forced_include(include, m_cwd, true);
+    }
+    for (const auto& macros : m_invocation.macro_files) {
+        shadows.add_forced_include(macros, m_cwd, false);
     }
     bool cacheable = true;
     auto variant = record_inputs(deps, shadows.paths(), cacheable);

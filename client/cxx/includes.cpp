@@ -2,6 +2,8 @@
 #include "client/cxx/includes.hpp"
 
 #include <algorithm>
+#include <array>
+#include <unordered_set>
 
 namespace pt2cache::client::cxx {
 
@@ -75,26 +77,306 @@ std::string trim(std::string_view text) {
     return std::string(text.substr(first, last - first + 1));
 }
 
-} // namespace
+bool is_identifier_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 
-std::vector<IncludeName> include_names(std::string_view text) {
-    std::vector<IncludeName> out;
+// The directive of `line` (what follows '#' or "%:"), or nullopt.
+std::optional<std::string_view> directive_of(std::string_view line) {
+    const auto code = skip_blanks(line);
+    if (code.starts_with('#')) {
+        return skip_blanks(code.substr(1));
+    }
+    if (code.starts_with("%:")) {
+        return skip_blanks(code.substr(2));
+    }
+    return std::nullopt;
+}
+
+// Calls `each` with every line of `text`.
+template <typename Each>
+void for_each_line(std::string_view text, Each&& each) {
     while (!text.empty()) {
         const auto end = text.find('\n');
-        const auto line = text.substr(0, end);
+        each(text.substr(0, end));
         text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    }
+}
+
+// A macro definition's name, parameters (nullopt: object-like) and body.
+struct Definition {
+    std::string_view name;
+    bool function_like = false;
+    std::string_view body;
+};
+
+std::optional<Definition> definition_of(std::string_view line) {
+    auto directive = directive_of(line);
+    if (!directive || !directive->starts_with("define")) {
+        return std::nullopt;
+    }
+    auto rest = directive->substr(6);
+    if (rest.empty() || is_identifier_char(rest.front())) {
+        return std::nullopt; // "defined..." or no name
+    }
+    rest = skip_blanks(rest);
+    std::size_t length = 0;
+    while (length < rest.size() && is_identifier_char(rest[length])) {
+        ++length;
+    }
+    if (length == 0) {
+        return std::nullopt;
+    }
+    Definition definition{rest.substr(0, length)};
+    rest = rest.substr(length);
+    if (rest.starts_with('(')) {
+        definition.function_like = true;
+        const auto close = rest.find(')');
+        rest = close == std::string_view::npos ? std::string_view() : rest.substr(close + 1);
+    }
+    definition.body = skip_blanks(rest);
+    return definition;
+}
+
+bool names_any(std::string_view body, std::span<const std::string> macros) {
+    for (const auto& macro : macros) {
+        for (auto at = body.find(macro); at != std::string_view::npos;
+             at = body.find(macro, at + 1)) {
+            const bool starts = at == 0 || !is_identifier_char(body[at - 1]);
+            const auto after = at + macro.size();
+            const bool ends = after == body.size() || !is_identifier_char(body[after]);
+            if (starts && ends) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+void scan_directives(std::string_view text, std::vector<IncludeName>& out) {
+    for_each_line(text, [&](std::string_view line) {
         if (line.find("include") == std::string_view::npos &&
             line.find("import") == std::string_view::npos) {
-            continue; // the usual line, at the cost of a search
+            return; // the usual line, at the cost of a search
         }
-        if (const auto code = skip_blanks(line); code.starts_with('#')) {
-            if (auto name = directive_name(code.substr(1))) {
+        if (const auto directive = directive_of(line)) {
+            if (auto name = directive_name(*directive)) {
                 out.push_back(std::move(*name));
             }
         }
         add_has_include_names(line, out);
+    });
+}
+
+} // namespace
+
+std::string without_comments(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    enum class State { code, line_comment, block_comment, string, character };
+    auto state = State::code;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        // A backslash-newline joins lines before anything else looks.
+        if (c == '\\' && i + 1 < text.size() &&
+            (text[i + 1] == '\n' ||
+             (text[i + 1] == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
+            i += text[i + 1] == '\r' ? 2 : 1;
+            continue;
+        }
+        const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+        switch (state) {
+        case State::code:
+            if (c == '/' && next == '/') {
+                state = State::line_comment;
+                out.push_back(' ');
+                ++i;
+            } else if (c == '/' && next == '*') {
+                state = State::block_comment;
+                out.push_back(' ');
+                ++i;
+            } else {
+                if (c == '"') {
+                    state = State::string;
+                } else if (c == '\'' && (out.empty() || !is_identifier_char(out.back()))) {
+                    state = State::character; // not a digit separator (1'000)
+                }
+                out.push_back(c);
+            }
+            break;
+        case State::line_comment:
+            if (c == '\n') {
+                state = State::code;
+                out.push_back(c);
+            }
+            break;
+        case State::block_comment:
+            if (c == '*' && next == '/') {
+                state = State::code;
+                ++i;
+            } else if (c == '\n') {
+                out.push_back(c); // lines keep their numbers
+            }
+            break;
+        case State::string:
+        case State::character:
+            out.push_back(c);
+            if (c == '\\' && next != '\0') {
+                out.push_back(next);
+                ++i;
+            } else if (c == '\n' || c == (state == State::string ? '"' : '\'')) {
+                state = State::code; // a newline ends an unterminated one
+            }
+            break;
+        }
     }
     return out;
+}
+
+IncludeMacros include_macros(std::span<const std::string_view> texts) {
+    std::vector<Definition> definitions;
+    // Identifiers given to #include or #include_next, and the text after
+    // every '(' (where __has_include's and its wrappers' operands are).
+    std::vector<std::string_view> included;
+    std::vector<std::string_view> calls;
+    for (const auto text : texts) {
+        for_each_line(text, [&](std::string_view line) {
+            if (line.find("define") != std::string_view::npos) {
+                if (auto definition = definition_of(line)) {
+                    definitions.push_back(*definition);
+                    return;
+                }
+            }
+            if (const auto directive = directive_of(line)) {
+                for (const std::string_view keyword : {"include_next", "include"}) {
+                    if (directive->starts_with(keyword)) {
+                        included.push_back(skip_blanks(directive->substr(keyword.size())));
+                        break;
+                    }
+                }
+            }
+            if (line.find("include") != std::string_view::npos ||
+                line.find("INCLUDE") != std::string_view::npos) {
+                calls.push_back(line);
+            }
+        });
+    }
+    IncludeMacros macros;
+    std::vector<std::string> askers{"__has_include", "__has_include_next"};
+    // A wrapper of a wrapper is one too: until nothing new.
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (const auto& definition : definitions) {
+            if (definition.function_like &&
+                std::find(askers.begin(), askers.end(), definition.name) == askers.end() &&
+                names_any(definition.body, askers)) {
+                askers.emplace_back(definition.name);
+                grew = true;
+            }
+        }
+    }
+    const auto identifier_at = [](std::string_view text) {
+        std::size_t length = 0;
+        while (length < text.size() && is_identifier_char(text[length])) {
+            ++length;
+        }
+        return text.substr(0, length);
+    };
+    const auto add_operand = [](std::vector<std::string>& operands, std::string_view name) {
+        if (!name.empty() && std::find(operands.begin(), operands.end(), name) == operands.end()) {
+            operands.emplace_back(name);
+            return true;
+        }
+        return false;
+    };
+    for (const auto operand : included) {
+        add_operand(macros.included, identifier_at(operand));
+    }
+    for (const auto line : calls) {
+        for (const auto& asker : askers) {
+            for (auto at = line.find(asker); at != std::string_view::npos;
+                 at = line.find(asker, at + 1)) {
+                const auto rest = skip_blanks(line.substr(at + asker.size()));
+                if (rest.starts_with('(')) {
+                    add_operand(macros.asked, identifier_at(skip_blanks(rest.substr(1))));
+                }
+            }
+        }
+    }
+    // An operand defined as another macro (`#define CONFIG BOOST_CONFIG`).
+    for (auto* operands : {&macros.included, &macros.asked}) {
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (const auto& definition : definitions) {
+                if (!definition.function_like && std::find(operands->begin(), operands->end(),
+                                                           definition.name) != operands->end()) {
+                    grew = add_operand(*operands, identifier_at(definition.body)) || grew;
+                }
+            }
+        }
+    }
+    askers.erase(askers.begin(), askers.begin() + 2);
+    macros.wrappers = std::move(askers);
+    return macros;
+}
+
+std::vector<IncludeName> include_names(std::string_view raw, std::string_view clean,
+                                       const IncludeMacros& macros) {
+    const auto& wrappers = macros.wrappers;
+    std::vector<IncludeName> out;
+    scan_directives(raw, out);
+    scan_directives(clean, out);
+    for_each_line(clean, [&](std::string_view line) {
+        if (auto definition = definition_of(line); definition && !definition->function_like) {
+            const auto is_in = [&](const std::vector<std::string>& operands) {
+                return std::find(operands.begin(), operands.end(), definition->name) !=
+                       operands.end();
+            };
+            for (const bool asks : {false, true}) {
+                if (!is_in(asks ? macros.asked : macros.included)) {
+                    continue;
+                }
+                if (auto name = name_at(definition->body)) {
+                    name->asks = asks;
+                    out.push_back(std::move(*name));
+                }
+            }
+        }
+        for (const auto& wrapper : wrappers) {
+            for (auto at = line.find(wrapper); at != std::string_view::npos;
+                 at = line.find(wrapper, at + 1)) {
+                if (at > 0 && is_identifier_char(line[at - 1])) {
+                    continue;
+                }
+                const auto rest = skip_blanks(line.substr(at + wrapper.size()));
+                if (!rest.starts_with('(')) {
+                    continue;
+                }
+                if (auto name = name_at(skip_blanks(rest.substr(1)))) {
+                    name->asks = true;
+                    out.push_back(std::move(*name));
+                }
+            }
+        }
+    });
+    // Each once, in the order first seen.
+    std::vector<IncludeName> unique;
+    unique.reserve(out.size());
+    std::unordered_set<std::string> seen;
+    for (auto& name : out) {
+        const char flags[] = {char('0' + name.quoted), char('0' + name.next),
+                              char('0' + name.asks)};
+        if (seen.insert(std::string(flags, 3) + name.name).second) {
+            unique.push_back(std::move(name));
+        }
+    }
+    return unique;
+}
+
+std::vector<IncludeName> include_names(std::string_view text) {
+    const auto clean = without_comments(text);
+    const std::array<std::string_view, 1> texts{clean};
+    return include_names(text, clean, include_macros(texts));
 }
 
 std::vector<std::string> search_probe_args(const std::string& compiler,
@@ -118,7 +400,8 @@ std::optional<SearchList> parse_search_list(std::string_view verbose_output) {
     SearchList list;
     std::vector<std::string>* in_list = nullptr;
     bool complete = false;
-    constexpr std::string_view k_absent = "ignoring nonexistent directory \"";
+    constexpr std::array<std::string_view, 2> k_left_out = {"ignoring nonexistent directory \"",
+                                                            "ignoring duplicate directory \""};
     while (!verbose_output.empty() && !complete) {
         const auto end = verbose_output.find('\n');
         const auto line = verbose_output.substr(0, end);
@@ -141,11 +424,16 @@ std::optional<SearchList> parse_search_list(std::string_view verbose_output) {
             if (!dir.empty()) {
                 in_list->push_back(std::move(dir));
             }
-        } else if (in_list == nullptr && line.starts_with(k_absent)) {
-            // A duplicate is left out for being in the list already.
-            const auto rest = line.substr(k_absent.size());
-            if (const auto close = rest.rfind('"'); close != std::string_view::npos && close > 0) {
-                list.absent.emplace_back(rest.substr(0, close));
+        } else if (in_list == nullptr) {
+            for (const auto prefix : k_left_out) {
+                if (!line.starts_with(prefix)) {
+                    continue;
+                }
+                const auto rest = line.substr(prefix.size());
+                if (const auto close = rest.rfind('"');
+                    close != std::string_view::npos && close > 0) {
+                    list.absent.emplace_back(rest.substr(0, close));
+                }
             }
         }
     }

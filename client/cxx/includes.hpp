@@ -28,9 +28,37 @@ struct IncludeName {
     bool operator==(const IncludeName&) const = default;
 };
 
-// Every literal header name `text` asks for, in order, including those in
-// comments and in branches the preprocessor skips (more names only mean more
-// candidates). A name computed by a macro is not seen.
+// `text` with each comment replaced by a space and every backslash-newline
+// removed, as the preprocessor sees it (string and character literals kept).
+std::string without_comments(std::string_view text);
+
+// The macros through which files of a build name headers, from all their
+// texts (without comments) at once: a macro may be defined in one file and
+// used in another.
+struct IncludeMacros {
+    // Function-like macros that ask __has_include, directly or through
+    // another such macro (`#define HAS(x) __has_include(x)`).
+    std::vector<std::string> wrappers;
+    // Object-like macros given to #include or #include_next (`#include
+    // CONFIG`), or named by the body of one.
+    std::vector<std::string> included;
+    // The same for __has_include and its wrappers.
+    std::vector<std::string> asked;
+};
+IncludeMacros include_macros(std::span<const std::string_view> texts);
+
+// Every literal header name a file asks for: in #include, #import,
+// #include_next (also spelt %:, or split by comments or line splices),
+// __has_include(_next) and the wrappers of it, and the body of a macro given
+// to one of them that is a header name (`#define CONFIG <c.h>`; where it is
+// used is not followed: as a quoted name it is looked for beside the file
+// that defines it). `raw` is the file's text, `clean`
+// the same without comments. Names in comments and in branches the
+// preprocessor skips come too: more names only mean more candidates. A name
+// built from macro arguments or by token pasting is not seen.
+std::vector<IncludeName> include_names(std::string_view raw, std::string_view clean,
+                                       const IncludeMacros& macros);
+// The same for one file alone.
 std::vector<IncludeName> include_names(std::string_view text);
 
 // The arguments (argv[0] included) that make `compiler` print its include
@@ -46,8 +74,9 @@ std::vector<std::string> search_probe_args(const std::string& compiler,
 struct SearchList {
     std::vector<std::string> quoted;  // searched for "name" only, in order
     std::vector<std::string> bracket; // then for both, in order
-    // Left out as nonexistent: they may exist when the next build runs, at
-    // a place in the order that the compiler does not print.
+    // Left out as nonexistent, or as the duplicate of another (the same
+    // directory through another path, which may not stay so): at a place in
+    // the order that the compiler does not print.
     std::vector<std::string> absent;
 };
 

@@ -21,8 +21,13 @@ namespace pt2cache::client::cxx {
 
 class ShadowCandidates {
 public:
-    // `search`: the invocation's search list, every directory absolute.
-    explicit ShadowCandidates(SearchList search);
+    // `search`: the invocation's search list, every directory absolute, with
+    // in `absent` also every directory the invocation names for the search
+    // (the compiler drops one that is a file without saying so under -w).
+    // `source`: the main file (absolute), whose includes may take a
+    // precompiled header (`name.gch`, looked for before `name` in each
+    // directory).
+    ShadowCandidates(SearchList search, std::string source);
 
     // A file the build read (absolute): for each search directory it lies
     // under, the same relative name in every directory searched before it.
@@ -30,8 +35,9 @@ public:
     void add_dependency(const std::string& path);
     // The header names `file` (absolute) asks for, looked at in paths().
     void add_names(const std::string& file, std::vector<IncludeName> names);
-    // An -include operand: looked for in `cwd` first, then as a quoted name.
-    void add_forced_include(std::string_view name, const std::string& cwd);
+    // An -include (`pch`) or -imacros operand: looked for in `cwd` first,
+    // then as a quoted name.
+    void add_forced_include(std::string_view name, const std::string& cwd, bool pch);
 
     // The paths to record, each checked on disk: for a candidate whose
     // directory (or a directory on its way) is missing, that missing
@@ -67,11 +73,18 @@ private:
     struct Asked {
         std::string here; // the asking file's directory
         IncludeName include;
+        bool pch = false; // the main file's: a name.gch may stand for it
     };
     const Known& look_at(const std::string& path);
     Kind kind_of(const std::string& path) { return look_at(path).kind; }
-    // The first directory of `chain` holding `name` as a regular file.
-    std::optional<std::size_t> resolve(std::span<const std::string> chain, std::string_view name);
+    // The first directory of `chain` holding `name` as a regular file (or,
+    // with `pch`, anything named `name`.gch).
+    std::optional<std::size_t> resolve(std::span<const std::string> chain, std::string_view name,
+                                       bool pch);
+    bool has_pch(std::string_view dir, std::string_view name);
+    // Adds `name` (and with `pch` `name`.gch) in chain[0, until).
+    void add_chain(std::span<const std::string> chain, std::size_t until, std::string_view name,
+                   bool pch);
     bool is_dependency(const std::string& path);
     void add_asked(const Asked& asked);
     void add(std::string_view dir, std::string_view name);
@@ -79,7 +92,12 @@ private:
 
     // The quoted-only directories, then the bracket ones.
     std::vector<std::string> m_chain;
+    // m_chain's directories with symbolic links and ".." resolved (empty
+    // where that fails): the compiler names system headers so in its
+    // dependency output.
+    std::vector<std::string> m_canonical;
     std::size_t m_bracket_from = 0;
+    std::string m_source;
     std::vector<std::string> m_absent;
     // (directory, name) pairs, as "dir\0name".
     std::unordered_set<std::string> m_candidates;

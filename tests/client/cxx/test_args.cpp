@@ -65,12 +65,13 @@ TEST_CASE("everything else runs the real compiler unchanged", "[cxx][args]") {
         {"-v"},
         {"-dumpversion"},
         {"-E", "a.cpp", "-o", "a.i"},
-        {"-c", "a.cpp", "b.cpp", "-o", "x.o"},        // several sources
-        {"-c", "-", "-o", "a.o"},                     // stdin
-        {"-x", "c++", "-c", "-", "-o", "a.o"},        // stdin
-        {"-c", "a.cpp"},                              // no -o
-        {"-c", "a.cpp", "-o", "-"},                   // stdout
-        {"-c", "a.cpp", "-o", "a.o", "--frobnicate"}, // unknown option
+        {"-c", "a.cpp", "b.cpp", "-o", "x.o"},             // several sources
+        {"-c", "-", "-o", "a.o"},                          // stdin
+        {"-c", "a.cpp", "-Ia", "-I-", "-Ib", "-o", "a.o"}, // a split search
+        {"-x", "c++", "-c", "-", "-o", "a.o"},             // stdin
+        {"-c", "a.cpp"},                                   // no -o
+        {"-c", "a.cpp", "-o", "-"},                        // stdout
+        {"-c", "a.cpp", "-o", "a.o", "--frobnicate"},      // unknown option
         {"-c", "a.cpp", "-o", "a.o", "-MD"},
         {"-c", "a.cpp", "-o", "a.o", "-MF", "x.d"},
         {"a.cpp", "-o", "a"},                  // an executable
@@ -196,4 +197,12 @@ TEST_CASE("make dependency files are parsed like make does", "[cxx][args]") {
                                            "/c/$d.h", "last.h"});
     CHECK(parse_make_deps("x.o y.o: a.h\nb.h:\n") == std::vector<std::string>{"a.h"});
     CHECK(parse_make_deps("").empty());
+}
+
+TEST_CASE("include directories and -imacros files are collected", "[cxx][args]") {
+    const auto c = of({"-c", "a.cpp", "-Ia", "-I", "b", "-isystemc", "-iquote", "d", "-idirafter/e",
+                       "-imacros", "m.h", "-o", "a.o"});
+    REQUIRE(c.invocation);
+    CHECK(c.invocation->include_dirs == std::vector<std::string>{"a", "b", "c", "d", "/e"});
+    CHECK(c.invocation->macro_files == std::vector<std::string>{"m.h"});
 }

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+#include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,48 @@ TEST_CASE("include_names finds every literal header name", "[cxx][includes]") {
     CHECK(include_names(std::string("#include \"a\0b\"\n", 15)).empty());
 }
 
+TEST_CASE("include_names sees through comments, line splices and digraphs", "[cxx][includes]") {
+    const auto names = include_names("#include /**/ \"a.h\"\n"
+                                     "#/* x */include \"b.h\"\n"
+                                     "%:include \"c.h\"\n"
+                                     "#include \\\n\"d.h\"\n"
+                                     "# \\\ninclude \"e.h\"\n"
+                                     "#include \"f\\\n.h\"\n"
+                                     "const char* s = \"/*\"; \n#include <g.h>\n"
+                                     "int n = 1'000; char c = '\"';\n#include <h.h>\n");
+    std::vector<std::string> seen;
+    for (const auto& name : names) {
+        seen.push_back(name.name);
+    }
+    for (const auto* want : {"a.h", "b.h", "c.h", "d.h", "e.h", "f.h", "g.h", "h.h"}) {
+        INFO(want);
+        CHECK(std::find(seen.begin(), seen.end(), want) != seen.end());
+    }
+    CHECK(without_comments("a/* x\ny */b // c\nd") == "a \nb  \nd");
+    CHECK(without_comments("\"// not\" x") == "\"// not\" x");
+}
+
+TEST_CASE("__has_include through macros", "[cxx][includes]") {
+    const std::string fmt = "#ifdef __has_include\n"
+                            "#  define MY_HAS_INCLUDE(x) __has_include(x)\n"
+                            "#endif\n"
+                            "#define OUTER(y) MY_HAS_INCLUDE(y) && 1\n"
+                            "#define OPT <opt.h>\n"
+                            "#if MY_HAS_INCLUDE(<a.h>) || OUTER(\"b.h\") || __has_include(OPT)\n"
+                            "#endif\n"
+                            "#define NOT_MY_HAS_INCLUDE(x) 0\n";
+    const auto clean = without_comments(fmt);
+    const std::array<std::string_view, 1> texts{clean};
+    const auto macros = include_macros(texts);
+    CHECK(macros.wrappers == std::vector<std::string>{"MY_HAS_INCLUDE", "OUTER"});
+    CHECK(macros.asked == std::vector<std::string>{"OPT"});
+    CHECK(macros.included.empty());
+    const auto names = include_names(fmt, clean, macros);
+    const std::vector<IncludeName> expected = {
+        {"opt.h", false, false, true}, {"a.h", false, false, true}, {"b.h", true, false, true}};
+    CHECK(names == expected);
+}
+
 TEST_CASE("parse_search_list reads GCC's -v output", "[cxx][includes]") {
     const std::string gcc =
         "Using built-in specs.\n"
@@ -52,7 +96,8 @@ TEST_CASE("parse_search_list reads GCC's -v output", "[cxx][includes]") {
     CHECK(list->quoted == std::vector<std::string>{"q"});
     CHECK(list->bracket == std::vector<std::string>{"inc", "/usr/include/c++/12",
                                                     "/System/Library/Frameworks", "/usr/include"});
-    CHECK(list->absent == std::vector<std::string>{"nonex", "/usr/local/include/x86_64-linux-gnu"});
+    CHECK(list->absent == std::vector<std::string>{"/usr/include/x86_64-linux-gnu/c++/12", "nonex",
+                                                   "/usr/local/include/x86_64-linux-gnu"});
 
     CHECK_FALSE(parse_search_list(""));
     CHECK_FALSE(parse_search_list("#include <...> search starts here:\n /usr/include\n"));
@@ -78,4 +123,18 @@ TEST_CASE("search_probe_args keeps the options and drops inputs and outputs", "[
     CHECK(search_probe_args("g++", shared, *linked.invocation) ==
           std::vector<std::string>{"g++", "-shared", "-lm", "-E", "-v", "-w", "-x", "c++",
                                    "/dev/null", "-o", "/dev/null"});
+}
+
+TEST_CASE("header names in the macros given to #include", "[cxx][includes]") {
+    const std::string config = "#define BOOST_CFG \"boost/cfg.h\"\n"
+                               "#define CFG BOOST_CFG\n"
+                               "#define NOT_AN_OPERAND \"-m64\"\n"
+                               "#include CFG\n";
+    const auto clean = without_comments(config);
+    const std::array<std::string_view, 1> texts{clean};
+    const auto macros = include_macros(texts);
+    CHECK(macros.included == std::vector<std::string>{"CFG", "BOOST_CFG"});
+    CHECK(macros.asked.empty());
+    const std::vector<IncludeName> expected = {{"boost/cfg.h", true, false, false}};
+    CHECK(include_names(config, clean, macros) == expected);
 }

@@ -5,20 +5,24 @@ what g++ makes now: a hit on the first build would be a false hit."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from cxx_helpers import RETURN_V, counters, cxx, launcher_env, ok, same_as_gxx, write
+from cxx_helpers import RETURN_V, counters, cxx, gxx, launcher_env, ok, same_as_gxx, write
 
 
-def _build_twice(daemon, root: Path, args: list, shadow: Path, text: str = "#define V 2\n"):
+def _build_twice(daemon, root: Path, args: list, shadow, text: str = "#define V 2\n"):
     """Builds `args` in `root` (a miss, stored), builds it again (a hit),
-    creates `shadow`, builds once more and compares with g++."""
+    creates `shadow` (or calls it), builds once more and compares with g++."""
     env = launcher_env(daemon, root / "t")
     ok(cxx(args, root, env))
     ok(cxx(args, root, env))
     before = counters(daemon)
     assert before.get("hits", 0) >= 1, before  # the candidates do not cost the hit
-    write(shadow, text)
+    if callable(shadow):
+        shadow()
+    else:
+        write(shadow, text)
     ok(cxx(args, root, env))
     same_as_gxx(args, root, root / "k.o")
     after = counters(daemon)
@@ -140,3 +144,132 @@ def test_skipped_include_is_not_a_candidate(daemon, tmp_root):
     same_as_gxx(args, root, root / "k.o")
     c = counters(daemon)
     assert (c.get("hits", 0), c.get("builds", 0)) == (1, 1), c
+
+
+def _pch(header: Path, gch: Path, cwd: Path) -> None:
+    ok(gxx(["-x", "c++-header", header, "-o", gch], cwd))
+
+
+def test_precompiled_header_in_an_earlier_directory(daemon, tmp_root):
+    """g++ takes first/h.h.gch before second/h.h, even with no first/h.h."""
+    root = tmp_root / "g"
+    (root / "first").mkdir(parents=True)
+    write(root / "second/h.h", "#define V 1\n")
+    write(root / "k.cpp", '#include "h.h"\n' + RETURN_V)
+
+    def precompile():
+        _pch(write(root / "first/h.h", "#define V 2\n"), root / "first/h.h.gch", root)
+        (root / "first/h.h").unlink()
+
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Ifirst", "-Isecond", "-o", root / "k.o"],
+                 precompile)
+
+
+def test_precompiled_header_taken_through_an_include_is_keyed(daemon, tmp_root):
+    """A .gch built without dependency output leaves none in the build's:
+    replacing it must still change the key."""
+    root = tmp_root / "p"
+    write(root / "src/p.h", "#define V 1\n")
+    (root / "inc").mkdir(parents=True)
+    _pch(root / "src/p.h", root / "inc/p.h.gch", root)
+    write(root / "inc/p.h", "#define V 1\n")
+    write(root / "k.cpp", '#include "p.h"\n' + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                 lambda: _pch(write(root / "src/p.h", "#define V 2\n"), root / "inc/p.h.gch",
+                              root))
+
+
+def test_imacros_found_in_the_working_directory_later(daemon, tmp_root):
+    root = tmp_root / "im"
+    write(root / "inc/m.h", "#define V 1\n")
+    write(root / "k.cpp", RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-imacros", "m.h", "-Iinc", "-o", root / "k.o"],
+                 root / "m.h")
+
+
+def test_search_directory_that_was_a_file(daemon, tmp_root):
+    """g++ drops `-Ia` while `a` is a file (a warning -w hides)."""
+    root = tmp_root / "f2"
+    write(root / "a", "")
+    write(root / "c/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+
+    def replace():
+        (root / "a").unlink()
+        write(root / "a/h.h", "#define V 2\n")
+
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Ia", "-Ic", "-o", root / "k.o"], replace)
+
+
+def test_duplicate_search_directory_pointed_elsewhere(daemon, tmp_root):
+    """-Ia -Ib with a and b links to one directory: g++ drops b as a
+    duplicate; once b points elsewhere it searches it."""
+    root = tmp_root / "dup"
+    (root / "r").mkdir(parents=True)
+    write(root / "c/h.h", "#define V 1\n")
+    write(root / "r2/h.h", "#define V 2\n")
+    os.symlink("r", root / "a")
+    os.symlink("r", root / "b")
+    write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+
+    def repoint():
+        (root / "b").unlink()
+        os.symlink("r2", root / "b")
+
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Ia", "-Ib", "-Ic", "-o", root / "k.o"],
+                 repoint)
+
+
+def test_system_header_named_by_a_macro_through_dotdot(daemon, tmp_root):
+    """g++ shortens a system header's path in its dependency output
+    (x/../sys/h.h is written sys/h.h): matched by its real path."""
+    root = tmp_root / "dd"
+    (root / "earlier").mkdir(parents=True)
+    (root / "x").mkdir()
+    write(root / "sys/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#define HDR <h.h>\n#include HDR\n" + RETURN_V)
+    _build_twice(daemon, root,
+                 ["-c", root / "k.cpp", "-Iearlier", "-isystem", f"{root}/x/../sys", "-o",
+                  root / "k.o"],
+                 root / "earlier/h.h")
+
+
+def test_symbolic_link_to_a_header_pointed_elsewhere(daemon, tmp_root):
+    root = tmp_root / "sl"
+    write(root / "r1/h.h", "#define V 1\n")
+    write(root / "r2/h.h", "#define V 2\n")
+    (root / "sys").mkdir()
+    os.symlink(root / "r1/h.h", root / "sys/h.h")
+    write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+
+    def repoint():
+        (root / "sys/h.h").unlink()
+        os.symlink(root / "r2/h.h", root / "sys/h.h")
+
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-isystem", root / "sys", "-o", root / "k.o"],
+                 repoint)
+
+
+def test_include_spelt_unusually(daemon, tmp_root):
+    """Comments, line splices and the digraph between `#` and the name."""
+    spellings = ['#include /**/ "h.h"', '#/**/include "h.h"', '%:include "h.h"',
+                 '#include \\\n"h.h"', '# \\\ninclude "h.h"', '#include "h\\\n.h"']
+    for i, spelling in enumerate(spellings):
+        root = tmp_root / f"sp{i}"
+        write(root / "inc/h.h", f"#define V {10 + i}\n")
+        write(root / "k.cpp", spelling + "\n" + RETURN_V)
+        _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                     root / "h.h", f"#define V {20 + i}\n")
+
+
+def test_has_include_through_macros(daemon, tmp_root):
+    """fmt-style `HAS(x) __has_include(x)` and `__has_include(NAME)`."""
+    for i, test in enumerate(["#define HAS(x) __has_include(x)\n#if HAS(<opt.h>)",
+                              "#define OPT <opt.h>\n#if __has_include(OPT)"]):
+        root = tmp_root / f"hi{i}"
+        (root / "inc").mkdir(parents=True)
+        write(root / "k.cpp", test + "\n#include <opt.h>\n#else\n"
+                              f"#define V {30 + i}\n#endif\n" + RETURN_V)
+        _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                     root / "inc/opt.h", f"#define V {40 + i}\n")
