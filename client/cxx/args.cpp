@@ -378,6 +378,9 @@ Classification classify(std::span<const std::string> args) {
             if (is_one_of(a, k_path_operand)) {
                 inv.path_args.push_back(i + 1);
             }
+            if (a.starts_with("-iprefix") || a.starts_with("-iwithprefix")) {
+                return no("option " + std::string(a));
+            }
             if (is_one_of(a, k_search_dir_operand)) {
                 inv.include_dirs.push_back(args[i + 1]);
             } else if (a == "-imacros") {
@@ -391,6 +394,10 @@ Classification classify(std::span<const std::string> args) {
             // Deprecated: splits the search and drops the includer's own
             // directory, which the shadowing candidates do not follow.
             return no("option -I-");
+        }
+        if (a.starts_with("-iprefix") || a.starts_with("-iwithprefix")) {
+            // Search directories built from a prefix: not followed either.
+            return no("option " + std::string(a));
         }
         if (a == "-march=native" || a == "-mtune=native" || a == "-mcpu=native") {
             inv.uses_native = true;
@@ -433,6 +440,11 @@ Classification classify(std::span<const std::string> args) {
     }
     if (inv.output_path.empty() || inv.output_path == "-") {
         return no("output to stdout");
+    }
+    for (const auto& dir : inv.include_dirs) {
+        if (dir.starts_with('=') || dir.starts_with("$SYSROOT")) {
+            return no("an include directory in the sysroot (" + dir + ")");
+        }
     }
     inv.source = *source;
     inv.output = *output;

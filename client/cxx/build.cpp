@@ -323,8 +323,10 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps,
     variant.reserve(paths.size());
     for (std::size_t i = 0; i < paths.size(); ++i) {
         const auto& hash = hashes[i];
-        if (i < first_candidate && hash.status != FileStatus::ok &&
-            hash.status != FileStatus::not_found) {
+        const bool pch_directory =
+            paths[i].ends_with(".gch") && hash.status == FileStatus::not_regular;
+        if (pch_directory || (i < first_candidate && hash.status != FileStatus::ok &&
+                              hash.status != FileStatus::not_found)) {
             // A directory of precompiled headers, an unreadable header...:
             // what the compiler used cannot be pinned down.
             log(fmt::format("not stored: input {} is not a readable file", paths[i]));
@@ -419,7 +421,8 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     struct Text {
         std::string path;
         std::unique_ptr<MappedFile> file;
-        std::string clean; // without comments
+        std::string clean;     // without comments
+        std::string synthetic; // the text when it is not the file's
     };
     std::vector<Text> texts;
     for (const auto& dep : deps) {
@@ -432,7 +435,29 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
         const auto text = proto::as_text(file->bytes());
         mark_named(text, rules, named);
         auto clean = without_comments(text);
-        texts.push_back(Text{std::move(path), std::move(file), std::move(clean)});
+        texts.push_back(Text{std::move(path), std::move(file), std::move(clean), {}});
+    }
+    // And the -D macros, as if the source defined them (`-DCONFIG="c.h"`
+    // with `#include CONFIG`): a quoted name is looked for beside it.
+    {
+        std::string defines;
+        for (std::size_t i = 0; i < m_args.size(); ++i) {
+            std::string_view define = m_args[i];
+            if (define == "-D" && i + 1 < m_args.size()) {
+                define = m_args[++i];
+            } else if (define.starts_with("-D")) {
+                define.remove_prefix(2);
+            } else {
+                continue;
+            }
+            const auto equals = define.find('=');
+            defines +=
+                fmt::format("#define {} {}\n", define.substr(0, equals),
+                            equals == std::string_view::npos ? "1" : define.substr(equals + 1));
+        }
+        auto file = std::make_unique<MappedFile>("");
+        texts.push_back(Text{absolute_path(m_invocation.source_path, m_cwd), std::move(file),
+                             defines, defines});
     }
     // The macros that name headers may be defined in any of them.
     std::vector<std::string_view> clean_texts;
@@ -441,8 +466,9 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     }
     const auto macros = include_macros(clean_texts);
     for (const auto& text : texts) {
-        shadows.add_names(text.path,
-                          include_names(proto::as_text(text.file->bytes()), text.clean, macros));
+        const auto raw =
+            text.file->ok() ? proto::as_text(text.file->bytes()) : std::string_view(text.synthetic);
+        shadows.add_names(text.path, include_names(raw, text.clean, macros));
     }
     for (const auto& include : m_invocation.includes) {
         shadows.add_forced_include(include, m_cwd, true);

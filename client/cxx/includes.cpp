@@ -9,7 +9,7 @@ namespace pt2cache::client::cxx {
 
 namespace {
 
-constexpr std::string_view k_blanks = " \t";
+constexpr std::string_view k_blanks = " \t\f\v";
 
 std::string_view skip_blanks(std::string_view text) {
     const auto at = text.find_first_not_of(k_blanks);
@@ -68,6 +68,20 @@ void add_has_include_names(std::string_view line, std::vector<IncludeName>& out)
     }
 }
 
+// The path of GCC's "cc1plus: warning: PATH: not a directory" (a search
+// directory that is a file, dropped), or empty.
+std::string_view not_a_directory(std::string_view line) {
+    constexpr std::string_view k_warning = "warning: ";
+    constexpr std::string_view k_not = ": not a directory";
+    const auto warning = line.find(k_warning);
+    if (warning == std::string_view::npos || !line.ends_with(k_not)) {
+        return {};
+    }
+    const auto from = warning + k_warning.size();
+    const auto to = line.size() - k_not.size();
+    return to > from ? line.substr(from, to - from) : std::string_view();
+}
+
 std::string trim(std::string_view text) {
     const auto first = text.find_first_not_of(" \t\r");
     if (first == std::string_view::npos) {
@@ -87,19 +101,151 @@ std::optional<std::string_view> directive_of(std::string_view line) {
     if (code.starts_with('#')) {
         return skip_blanks(code.substr(1));
     }
-    if (code.starts_with("%:")) {
-        return skip_blanks(code.substr(2));
+    // The digraph, and the trigraph (-trigraphs, C++ before 17).
+    for (const std::string_view hash : {"%:", "?\?="}) {
+        if (code.starts_with(hash)) {
+            return skip_blanks(code.substr(hash.size()));
+        }
     }
     return std::nullopt;
 }
 
-// Calls `each` with every line of `text`.
+// Calls `each` with every line of `text`; a line ends at "\n", "\r\n" or a
+// lone "\r", as the preprocessor reads them.
 template <typename Each>
 void for_each_line(std::string_view text, Each&& each) {
     while (!text.empty()) {
-        const auto end = text.find('\n');
+        const auto end = text.find_first_of("\r\n");
         each(text.substr(0, end));
-        text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+        if (end == std::string_view::npos) {
+            break;
+        }
+        const bool crlf = text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n';
+        text = text.substr(end + (crlf ? 2 : 1));
+    }
+}
+
+bool is_hex_digit(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// The length of the line splice at `at` (a backslash, blanks, a newline),
+// or 0.
+std::size_t splice_at(std::string_view text, std::size_t at) {
+    if (text[at] != '\\') {
+        return 0;
+    }
+    auto end = at + 1;
+    while (end < text.size() &&
+           (text[end] == ' ' || text[end] == '\t' || text[end] == '\f' || text[end] == '\v')) {
+        ++end;
+    }
+    if (end >= text.size() || (text[end] != '\n' && text[end] != '\r')) {
+        return 0;
+    }
+    if (text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n') {
+        ++end;
+    }
+    return end + 1 - at;
+}
+
+// Where the raw string literal whose '"' is at `quote` ends (one past its
+// closing '"'), or 0 when `quote` opens no raw string (R"delim( ... )delim").
+std::size_t raw_string_end(std::string_view text, std::size_t quote) {
+    if (quote == 0 || text[quote - 1] != 'R') {
+        return 0;
+    }
+    // R, or LR, uR, UR, u8R, starting an identifier of its own.
+    std::size_t start = quote - 1;
+    for (const std::string_view prefix : {"u8R", "LR", "uR", "UR", "R"}) {
+        if (quote >= prefix.size() && text.substr(quote - prefix.size(), prefix.size()) == prefix) {
+            start = quote - prefix.size();
+            break;
+        }
+    }
+    if (start > 0 && is_identifier_char(text[start - 1])) {
+        return 0;
+    }
+    const auto open = text.find('(', quote + 1);
+    if (open == std::string_view::npos || open - quote - 1 > 16) {
+        return 0;
+    }
+    const auto delimiter = text.substr(quote + 1, open - quote - 1);
+    if (delimiter.find_first_of(" \\)\t\n\r\f\v") != std::string_view::npos) {
+        return 0;
+    }
+    const std::string close = ")" + std::string(delimiter) + "\"";
+    const auto end = text.find(close, open + 1);
+    return end == std::string_view::npos ? text.size() : end + close.size();
+}
+
+// The argument text of the call whose '(' starts `text`: up to the matching
+// ')', or the end of the line.
+std::string_view call_arguments(std::string_view text) {
+    int depth = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '(') {
+            ++depth;
+        } else if (text[i] == ')' && --depth == 0) {
+            return text.substr(1, i - 1);
+        }
+    }
+    return text.empty() ? text : text.substr(1);
+}
+
+// Calls `each` with the argument text of every call of `macro` in `line`
+// (`macro` standing as an identifier of its own, then '(').
+template <typename Each>
+void for_each_call(std::string_view line, std::string_view macro, Each&& each) {
+    for (auto at = line.find(macro); at != std::string_view::npos; at = line.find(macro, at + 1)) {
+        const auto after = at + macro.size();
+        if ((at > 0 && is_identifier_char(line[at - 1])) ||
+            (after < line.size() && is_identifier_char(line[after]))) {
+            continue;
+        }
+        const auto rest = skip_blanks(line.substr(after));
+        if (rest.starts_with('(')) {
+            each(call_arguments(rest));
+        }
+    }
+}
+
+// Every header name ("name" or <name>) in `text`.
+template <typename Each>
+void for_each_name(std::string_view text, Each&& each) {
+    for (std::size_t at = 0; at < text.size(); ++at) {
+        if (text[at] == '"' || text[at] == '<') {
+            if (auto name = name_at(text.substr(at))) {
+                at += name->name.size() + 1;
+                each(std::move(*name));
+            }
+        }
+    }
+}
+
+// Every identifier in `text`, outside header names and strings.
+template <typename Each>
+void for_each_identifier(std::string_view text, Each&& each) {
+    for (std::size_t at = 0; at < text.size();) {
+        if (text[at] == '"' || text[at] == '<') {
+            const auto name = name_at(text.substr(at));
+            if (name && (text[at] == '"' || name->name.find(' ') == std::string::npos)) {
+                at += name->name.size() + 2;
+                continue;
+            }
+        }
+        if (!is_identifier_char(text[at])) {
+            ++at;
+            continue;
+        }
+        auto end = at;
+        while (end < text.size() && is_identifier_char(text[end])) {
+            ++end;
+        }
+        if (text[at] < '0' || text[at] > '9') {
+            each(text.substr(at, end - at));
+        }
+        at = end;
     }
 }
 
@@ -173,18 +319,21 @@ void scan_directives(std::string_view text, std::vector<IncludeName>& out) {
 std::string without_comments(std::string_view text) {
     std::string out;
     out.reserve(text.size());
+    if (text.starts_with("\xEF\xBB\xBF")) {
+        text.remove_prefix(3); // a byte order mark
+    }
     enum class State { code, line_comment, block_comment, string, character };
     auto state = State::code;
     for (std::size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        // A backslash-newline joins lines before anything else looks.
-        if (c == '\\' && i + 1 < text.size() &&
-            (text[i + 1] == '\n' ||
-             (text[i + 1] == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
-            i += text[i + 1] == '\r' ? 2 : 1;
+        // A line splice (a backslash, maybe blanks, a newline) joins lines
+        // before anything else looks.
+        if (const auto splice = splice_at(text, i); splice > 0) {
+            i += splice - 1;
             continue;
         }
+        const char c = text[i];
         const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+        const bool newline = c == '\n' || c == '\r';
         switch (state) {
         case State::code:
             if (c == '/' && next == '/') {
@@ -195,36 +344,40 @@ std::string without_comments(std::string_view text) {
                 state = State::block_comment;
                 out.push_back(' ');
                 ++i;
+            } else if (const auto raw_end = c == '"' ? raw_string_end(text, i) : 0; raw_end > 0) {
+                out.append(text.substr(i, raw_end - i));
+                i = raw_end - 1;
             } else {
                 if (c == '"') {
                     state = State::string;
-                } else if (c == '\'' && (out.empty() || !is_identifier_char(out.back()))) {
+                } else if (c == '\'' && !(!out.empty() && is_hex_digit(out.back()) &&
+                                          is_identifier_char(next))) {
                     state = State::character; // not a digit separator (1'000)
                 }
                 out.push_back(c);
             }
             break;
         case State::line_comment:
-            if (c == '\n') {
+            if (newline) {
                 state = State::code;
                 out.push_back(c);
             }
             break;
         case State::block_comment:
+            // One space for the whole comment, even across lines: a
+            // directive goes on after it.
             if (c == '*' && next == '/') {
                 state = State::code;
                 ++i;
-            } else if (c == '\n') {
-                out.push_back(c); // lines keep their numbers
             }
             break;
         case State::string:
         case State::character:
             out.push_back(c);
-            if (c == '\\' && next != '\0') {
+            if (c == '\\' && next != '\0' && next != '\n' && next != '\r') {
                 out.push_back(next);
                 ++i;
-            } else if (c == '\n' || c == (state == State::string ? '"' : '\'')) {
+            } else if (newline || c == (state == State::string ? '"' : '\'')) {
                 state = State::code; // a newline ends an unterminated one
             }
             break;
@@ -235,10 +388,10 @@ std::string without_comments(std::string_view text) {
 
 IncludeMacros include_macros(std::span<const std::string_view> texts) {
     std::vector<Definition> definitions;
-    // Identifiers given to #include or #include_next, and the text after
-    // every '(' (where __has_include's and its wrappers' operands are).
+    // What #include, #include_next and #import are given, and the lines
+    // that may call __has_include or a wrapper of it.
     std::vector<std::string_view> included;
-    std::vector<std::string_view> calls;
+    std::vector<std::string_view> lines;
     for (const auto text : texts) {
         for_each_line(text, [&](std::string_view line) {
             if (line.find("define") != std::string_view::npos) {
@@ -248,40 +401,33 @@ IncludeMacros include_macros(std::span<const std::string_view> texts) {
                 }
             }
             if (const auto directive = directive_of(line)) {
-                for (const std::string_view keyword : {"include_next", "include"}) {
+                for (const std::string_view keyword : {"include_next", "include", "import"}) {
                     if (directive->starts_with(keyword)) {
                         included.push_back(skip_blanks(directive->substr(keyword.size())));
                         break;
                     }
                 }
             }
-            if (line.find("include") != std::string_view::npos ||
-                line.find("INCLUDE") != std::string_view::npos) {
-                calls.push_back(line);
+            if (line.find('(') != std::string_view::npos) {
+                lines.push_back(line);
             }
         });
     }
     IncludeMacros macros;
+    // __has_include, and every macro whose body names one of these (a
+    // wrapper, or an alias: `#define HAS_INC __has_include`), until nothing
+    // new.
     std::vector<std::string> askers{"__has_include", "__has_include_next"};
-    // A wrapper of a wrapper is one too: until nothing new.
     for (bool grew = true; grew;) {
         grew = false;
         for (const auto& definition : definitions) {
-            if (definition.function_like &&
-                std::find(askers.begin(), askers.end(), definition.name) == askers.end() &&
+            if (std::find(askers.begin(), askers.end(), definition.name) == askers.end() &&
                 names_any(definition.body, askers)) {
                 askers.emplace_back(definition.name);
                 grew = true;
             }
         }
     }
-    const auto identifier_at = [](std::string_view text) {
-        std::size_t length = 0;
-        while (length < text.size() && is_identifier_char(text[length])) {
-            ++length;
-        }
-        return text.substr(0, length);
-    };
     const auto add_operand = [](std::vector<std::string>& operands, std::string_view name) {
         if (!name.empty() && std::find(operands.begin(), operands.end(), name) == operands.end()) {
             operands.emplace_back(name);
@@ -290,27 +436,28 @@ IncludeMacros include_macros(std::span<const std::string_view> texts) {
         return false;
     };
     for (const auto operand : included) {
-        add_operand(macros.included, identifier_at(operand));
+        for_each_identifier(operand,
+                            [&](std::string_view name) { add_operand(macros.included, name); });
     }
-    for (const auto line : calls) {
+    // Every identifier given to an asker, in any argument.
+    for (const auto line : lines) {
         for (const auto& asker : askers) {
-            for (auto at = line.find(asker); at != std::string_view::npos;
-                 at = line.find(asker, at + 1)) {
-                const auto rest = skip_blanks(line.substr(at + asker.size()));
-                if (rest.starts_with('(')) {
-                    add_operand(macros.asked, identifier_at(skip_blanks(rest.substr(1))));
-                }
-            }
+            for_each_call(line, asker, [&](std::string_view arguments) {
+                for_each_identifier(
+                    arguments, [&](std::string_view name) { add_operand(macros.asked, name); });
+            });
         }
     }
-    // An operand defined as another macro (`#define CONFIG BOOST_CONFIG`).
+    // An operand defined as other macros (`#define CONFIG BOOST_CONFIG`).
     for (auto* operands : {&macros.included, &macros.asked}) {
         for (bool grew = true; grew;) {
             grew = false;
             for (const auto& definition : definitions) {
                 if (!definition.function_like && std::find(operands->begin(), operands->end(),
                                                            definition.name) != operands->end()) {
-                    grew = add_operand(*operands, identifier_at(definition.body)) || grew;
+                    for_each_identifier(definition.body, [&](std::string_view name) {
+                        grew = add_operand(*operands, name) || grew;
+                    });
                 }
             }
         }
@@ -342,21 +489,14 @@ std::vector<IncludeName> include_names(std::string_view raw, std::string_view cl
                 }
             }
         }
+        // A wrapper's header names, in any of its arguments.
         for (const auto& wrapper : wrappers) {
-            for (auto at = line.find(wrapper); at != std::string_view::npos;
-                 at = line.find(wrapper, at + 1)) {
-                if (at > 0 && is_identifier_char(line[at - 1])) {
-                    continue;
-                }
-                const auto rest = skip_blanks(line.substr(at + wrapper.size()));
-                if (!rest.starts_with('(')) {
-                    continue;
-                }
-                if (auto name = name_at(skip_blanks(rest.substr(1)))) {
-                    name->asks = true;
-                    out.push_back(std::move(*name));
-                }
-            }
+            for_each_call(line, wrapper, [&](std::string_view arguments) {
+                for_each_name(arguments, [&](IncludeName name) {
+                    name.asks = true;
+                    out.push_back(std::move(name));
+                });
+            });
         }
     });
     // Each once, in the order first seen.
@@ -389,8 +529,11 @@ std::vector<std::string> search_probe_args(const std::string& compiler,
             probe.push_back(args[i]);
         }
     }
-    // -w: an option for C only must not fail the probe under -Werror.
-    for (const auto* arg : {"-E", "-v", "-w", "-x", "c++", "/dev/null", "-o", "/dev/null"}) {
+    // -Wno-error: an option for C only must not fail the probe under
+    // -Werror; warnings stay on, since one names a search directory that is
+    // a file (dropped).
+    for (const auto* arg :
+         {"-E", "-v", "-Wno-error", "-x", "c++", "/dev/null", "-o", "/dev/null"}) {
         probe.emplace_back(arg);
     }
     return probe;
@@ -424,6 +567,8 @@ std::optional<SearchList> parse_search_list(std::string_view verbose_output) {
             if (!dir.empty()) {
                 in_list->push_back(std::move(dir));
             }
+        } else if (const auto file = not_a_directory(line); !file.empty()) {
+            list.absent.emplace_back(file);
         } else if (in_list == nullptr) {
             for (const auto prefix : k_left_out) {
                 if (!line.starts_with(prefix)) {

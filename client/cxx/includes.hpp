@@ -64,7 +64,7 @@ std::vector<IncludeName> include_names(std::string_view text);
 // The arguments (argv[0] included) that make `compiler` print its include
 // search list for the invocation's options: `args` without the source, the
 // output, -c, -include and link inputs, preprocessing an empty C++ input with
-// -v. C++, whatever the source's language: its list holds C's.
+// -v and -Wno-error. C++, whatever the source's language: its list holds C's.
 std::vector<std::string> search_probe_args(const std::string& compiler,
                                            std::span<const std::string> args,
                                            const Invocation& invocation);
@@ -74,9 +74,10 @@ std::vector<std::string> search_probe_args(const std::string& compiler,
 struct SearchList {
     std::vector<std::string> quoted;  // searched for "name" only, in order
     std::vector<std::string> bracket; // then for both, in order
-    // Left out as nonexistent, or as the duplicate of another (the same
-    // directory through another path, which may not stay so): at a place in
-    // the order that the compiler does not print.
+    // Left out as nonexistent, as the duplicate of another (the same
+    // directory through another path, which may not stay so), or as a file
+    // ("not a directory"): at a place in the order that the compiler does
+    // not print.
     std::vector<std::string> absent;
 };
 

@@ -68,10 +68,13 @@ TEST_CASE("everything else runs the real compiler unchanged", "[cxx][args]") {
         {"-c", "a.cpp", "b.cpp", "-o", "x.o"},             // several sources
         {"-c", "-", "-o", "a.o"},                          // stdin
         {"-c", "a.cpp", "-Ia", "-I-", "-Ib", "-o", "a.o"}, // a split search
-        {"-x", "c++", "-c", "-", "-o", "a.o"},             // stdin
-        {"-c", "a.cpp"},                                   // no -o
-        {"-c", "a.cpp", "-o", "-"},                        // stdout
-        {"-c", "a.cpp", "-o", "a.o", "--frobnicate"},      // unknown option
+        {"-c", "a.cpp", "-iprefix", "/p/", "-iwithprefixbefore", "d", "-o", "a.o"},
+        {"-c", "a.cpp", "-I=/file", "-o", "a.o"}, // in the sysroot
+        {"-c", "a.cpp", "-isystem", "=/file", "-o", "a.o"},
+        {"-x", "c++", "-c", "-", "-o", "a.o"},        // stdin
+        {"-c", "a.cpp"},                              // no -o
+        {"-c", "a.cpp", "-o", "-"},                   // stdout
+        {"-c", "a.cpp", "-o", "a.o", "--frobnicate"}, // unknown option
         {"-c", "a.cpp", "-o", "a.o", "-MD"},
         {"-c", "a.cpp", "-o", "a.o", "-MF", "x.d"},
         {"a.cpp", "-o", "a"},                  // an executable

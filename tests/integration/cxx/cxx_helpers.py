@@ -62,12 +62,13 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 RETURN_V = 'extern "C" int f() { return V; }\n'
 
 
-def same_as_gxx(args: list, cwd: Path, output: Path) -> None:
-    """`output`, as the launcher left it, is what g++ makes of `args` now."""
+def same_as_gxx(args: list, cwd: Path, output: Path, env: dict | None = None) -> None:
+    """`output`, as the launcher left it, is what g++ makes of `args` now
+    (in `env`, a clean environment by default)."""
     got = output.read_bytes()
     ref = output.with_name("ref-" + output.name)
     o = args.index("-o")
-    ok(gxx([*args[:o + 1], ref, *args[o + 2:]], cwd))
+    ok(gxx([*args[:o + 1], ref, *args[o + 2:]], cwd, env))
     assert got == ref.read_bytes(), f"{output} is not what g++ builds"
 
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cxx_helpers import RETURN_V, counters, cxx, gxx, launcher_env, ok, same_as_gxx, write
+import pytest
+
+from cxx_helpers import (RETURN_V, clean_env, counters, cxx, gxx, launcher_env, ok, same_as_gxx,
+                         write)
 
 
-def _build_twice(daemon, root: Path, args: list, shadow, text: str = "#define V 2\n"):
+def _build_twice(daemon, root: Path, args: list, shadow, text: str = "#define V 2\n",
+                 **environment: str):
     """Builds `args` in `root` (a miss, stored), builds it again (a hit),
-    creates `shadow` (or calls it), builds once more and compares with g++."""
-    env = launcher_env(daemon, root / "t")
+    creates `shadow` (or calls it), builds once more and compares with g++
+    (both with `environment` added)."""
+    env = launcher_env(daemon, root / "t", **environment)
     ok(cxx(args, root, env))
     ok(cxx(args, root, env))
     before = counters(daemon)
@@ -24,7 +29,7 @@ def _build_twice(daemon, root: Path, args: list, shadow, text: str = "#define V 
     else:
         write(shadow, text)
     ok(cxx(args, root, env))
-    same_as_gxx(args, root, root / "k.o")
+    same_as_gxx(args, root, root / "k.o", clean_env(**environment))
     after = counters(daemon)
     assert after.get("hits", 0) == before.get("hits", 0), after
 
@@ -188,9 +193,11 @@ def test_imacros_found_in_the_working_directory_later(daemon, tmp_root):
                  root / "m.h")
 
 
-def test_search_directory_that_was_a_file(daemon, tmp_root):
-    """g++ drops `-Ia` while `a` is a file (a warning -w hides)."""
-    root = tmp_root / "f2"
+@pytest.mark.parametrize("named_by", ["-I", "CPATH"])
+def test_search_directory_that_was_a_file(daemon, tmp_root, named_by):
+    """g++ drops a search directory that is a file (`-Ia`, or a CPATH
+    entry); it searches it once it is a directory."""
+    root = tmp_root / f"f2{named_by}"
     write(root / "a", "")
     write(root / "c/h.h", "#define V 1\n")
     write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
@@ -199,7 +206,11 @@ def test_search_directory_that_was_a_file(daemon, tmp_root):
         (root / "a").unlink()
         write(root / "a/h.h", "#define V 2\n")
 
-    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Ia", "-Ic", "-o", root / "k.o"], replace)
+    args = ["-c", root / "k.cpp", "-Ic", "-o", root / "k.o"]
+    if named_by == "-I":
+        _build_twice(daemon, root, ["-Ia", *args], replace)
+    else:
+        _build_twice(daemon, root, args, replace, CPATH=str(root / "a"))
 
 
 def test_duplicate_search_directory_pointed_elsewhere(daemon, tmp_root):
@@ -263,13 +274,84 @@ def test_include_spelt_unusually(daemon, tmp_root):
                      root / "h.h", f"#define V {20 + i}\n")
 
 
-def test_has_include_through_macros(daemon, tmp_root):
-    """fmt-style `HAS(x) __has_include(x)` and `__has_include(NAME)`."""
-    for i, test in enumerate(["#define HAS(x) __has_include(x)\n#if HAS(<opt.h>)",
-                              "#define OPT <opt.h>\n#if __has_include(OPT)"]):
-        root = tmp_root / f"hi{i}"
-        (root / "inc").mkdir(parents=True)
-        write(root / "k.cpp", test + "\n#include <opt.h>\n#else\n"
-                              f"#define V {30 + i}\n#endif\n" + RETURN_V)
+_HAS_INCLUDE_SPELLINGS = [
+    "#define HAS(x) __has_include(x)\n#if HAS(<opt.h>)",  # fmt's FMT_HAS_INCLUDE
+    "#define OPT <opt.h>\n#if __has_include(OPT)",
+    '#define HAS_INC __has_include\n#if HAS_INC("opt.h")',
+    '#define HAS(a, x) __has_include(x)\n#if HAS(1, "opt.h")',
+    '#define HAVE_HDR(x) __has_include(x)\n#define CFG "opt.h"\n#if HAVE_HDR(CFG)',
+]
+
+
+@pytest.mark.parametrize("spelling", range(len(_HAS_INCLUDE_SPELLINGS)))
+def test_has_include_through_macros(daemon, tmp_root, spelling):
+    """__has_include through a wrapper, an alias, a later argument, a macro
+    holding the name."""
+    root = tmp_root / f"hi{spelling}"
+    (root / "inc").mkdir(parents=True)
+    write(root / "k.cpp", _HAS_INCLUDE_SPELLINGS[spelling] + "\n#include <opt.h>\n#else\n"
+                          "#define V 1\n#endif\n" + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
+                 root / "inc/opt.h", "#define V 2\n")
+
+
+def test_include_found_through_unusual_text(daemon, tmp_root):
+    """A byte order mark, lone CR line ends, a form feed, a comment over two
+    lines inside the directive, a splice with blanks after the backslash, a
+    raw string holding `"` and `/*`, #import of a macro: each hid the name."""
+    cases = [b'\xef\xbb\xbf#include "h.h"\n',
+             b'#include <cstddef>\r#include "h.h"\r',
+             b'\f#include "h.h"\n',
+             b'#include /* a\n b */ "h.h"\n',
+             b'#define CFG \\ \n  "h.h"\n#include CFG\n',
+             b'const char* s = R"("src/*.cpp")";\n#define CFG "h.h"\n#include CFG\n']
+    for i, text in enumerate(cases):
+        root = tmp_root / f"u{i}"
+        write(root / "inc/h.h", f"#define V {50 + i}\n")
+        root.joinpath("k.cpp").write_bytes(text + RETURN_V.encode())
         _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"],
-                     root / "inc/opt.h", f"#define V {40 + i}\n")
+                     root / "h.h", f"#define V {60 + i}\n")
+
+
+def test_include_named_by_a_command_line_macro(daemon, tmp_root):
+    """`-DCFG="h.h"` with `#include CFG` (mbedTLS's configuration file)."""
+    root = tmp_root / "cl"
+    write(root / "inc/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include CFG\n" + RETURN_V)
+    _build_twice(daemon, root, ["-c", root / "k.cpp", "-Iinc", '-DCFG="h.h"', "-o", root / "k.o"],
+                 root / "h.h")
+
+
+def test_precompiled_header_directory_is_not_stored(daemon, tmp_root):
+    """GCC picks a file in a .gch directory: its content is not keyed, so
+    such a build is not stored (docs/cxx.md)."""
+    root = tmp_root / "gd"
+    write(root / "inc/h.h", "#define V 1\n")
+    (root / "inc/h.h.gch").mkdir()
+    _pch(root / "inc/h.h", root / "inc/h.h.gch/a.gch", root)
+    write(root / "k.cpp", '#include "h.h"\n' + RETURN_V)
+    env = launcher_env(daemon, root / "t")
+    args = ["-c", root / "k.cpp", "-Iinc", "-o", root / "k.o"]
+    ok(cxx(args, root, env))
+    ok(cxx(args, root, env))
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("misses", 0), c.get("builds", 0)) == (0, 2, 0), c
+
+
+def test_compiler_directory_that_was_a_file(daemon, tmp_root):
+    """A directory of the compiler's own list (here the sysroot's multiarch
+    usr/include/x86_64-linux-gnu) that is a file is dropped with a warning
+    only: the probe reads it."""
+    root = tmp_root / "sr"
+    sysroot = root / "sysroot"
+    multiarch = sysroot / "usr/include" / gxx(["-print-multiarch"], tmp_root).stdout.decode().strip()
+    write(multiarch, "")
+    write(sysroot / "usr/include/h.h", "#define V 1\n")
+    write(root / "k.cpp", "#include <h.h>\n" + RETURN_V)
+
+    def replace():
+        multiarch.unlink()
+        write(multiarch / "h.h", "#define V 2\n")
+
+    _build_twice(daemon, root, ["-c", root / "k.cpp", f"--sysroot={sysroot}", "-o", root / "k.o"],
+                 replace)
