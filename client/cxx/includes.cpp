@@ -114,14 +114,21 @@ std::optional<std::string_view> directive_of(std::string_view line) {
 // lone "\r", as the preprocessor reads them.
 template <typename Each>
 void for_each_line(std::string_view text, Each&& each) {
-    while (!text.empty()) {
-        const auto end = text.find_first_of("\r\n");
-        each(text.substr(0, end));
+    // The next '\r' is looked for once per '\r', not once per line: most
+    // files have none.
+    std::size_t cr = text.find('\r');
+    std::size_t at = 0;
+    while (at < text.size()) {
+        if (cr != std::string_view::npos && cr < at) {
+            cr = text.find('\r', at);
+        }
+        const auto end = std::min(text.find('\n', at), cr);
+        each(text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
         if (end == std::string_view::npos) {
             break;
         }
         const bool crlf = text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n';
-        text = text.substr(end + (crlf ? 2 : 1));
+        at = end + (crlf ? 2 : 1);
     }
 }
 
