@@ -86,6 +86,13 @@ public:
     std::string expand(std::string_view text) const;
 
     const std::vector<Rule>& rules() const { return m_rules; }
+    // How the rules' directories nest, one line per nested pair, sorted:
+    // "@INNER@ = @OUTER@/relative" (with TMPDIR as the outer one, only
+    // "@INNER@ in @OUTER@"), empty when none nests. A path is rewritten by
+    // the longest directory holding it, so it names the same file in
+    // another invocation only where the directories nest the same way: the
+    // launcher keys this (docs/cxx.md, "Path rewriting").
+    std::string nesting() const;
     // The rules as `expand` applies them (the daemon's CXX_LOOKUP expands the
     // same way).
     const std::vector<proto::cxx::PlaceholderRule>& expansions() const { return m_expansions; }

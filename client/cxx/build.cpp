@@ -88,12 +88,29 @@ private:
     bool m_ok = false;
 };
 
-// Marks in `named` each rule whose directory `bytes` contain.
+// `text` as UTF-16LE (2) or UTF-32LE (4) code units: what u"", L"" and U""
+// make of an ASCII path such as __FILE__'s.
+std::string widened(std::string_view text, std::size_t width) {
+    std::string out;
+    out.reserve(text.size() * width);
+    for (const char c : text) {
+        out.push_back(c);
+        out.append(width - 1, '\0');
+    }
+    return out;
+}
+
+// Marks in `named` each rule whose directory `bytes` contain, as narrow,
+// UTF-16 or UTF-32 text.
 void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& rules,
                 std::vector<bool>& named) {
     for (std::size_t r = 0; r < rules.size(); ++r) {
-        if (!named[r] && bytes.find(rules[r].directory) != std::string_view::npos) {
-            named[r] = true;
+        for (const std::size_t width : {1, 2, 4}) {
+            if (named[r]) {
+                break;
+            }
+            const auto& dir = rules[r].directory;
+            named[r] = bytes.find(width == 1 ? dir : widened(dir, width)) != std::string_view::npos;
         }
     }
 }

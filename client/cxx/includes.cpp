@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace pt2cache::client::cxx {
@@ -291,21 +292,6 @@ std::optional<Definition> definition_of(std::string_view line) {
     return definition;
 }
 
-bool names_any(std::string_view body, std::span<const std::string> macros) {
-    for (const auto& macro : macros) {
-        for (auto at = body.find(macro); at != std::string_view::npos;
-             at = body.find(macro, at + 1)) {
-            const bool starts = at == 0 || !is_identifier_char(body[at - 1]);
-            const auto after = at + macro.size();
-            const bool ends = after == body.size() || !is_identifier_char(body[after]);
-            if (starts && ends) {
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
 void scan_directives(std::string_view text, std::vector<IncludeName>& out) {
     for_each_line(text, [&](std::string_view line) {
         if (line.find("include") == std::string_view::npos &&
@@ -319,6 +305,36 @@ void scan_directives(std::string_view text, std::vector<IncludeName>& out) {
         }
         add_has_include_names(line, out);
     });
+}
+
+// `names`, and what the object-like ones among them are defined as
+// (`#define CONFIG BOOST_CONFIG`), and so on: each name once, in the order
+// first reached.
+std::vector<std::string>
+alias_closure(std::span<const std::string_view> names, const std::vector<Definition>& definitions,
+              const std::unordered_map<std::string_view, std::vector<std::size_t>>& defined_by) {
+    std::vector<std::string_view> queue;
+    std::unordered_set<std::string_view> seen;
+    const auto add = [&](std::string_view name) {
+        if (!name.empty() && seen.insert(name).second) {
+            queue.push_back(name);
+        }
+    };
+    for (const auto name : names) {
+        add(name);
+    }
+    for (std::size_t next = 0; next < queue.size(); ++next) {
+        const auto found = defined_by.find(queue[next]);
+        if (found == defined_by.end()) {
+            continue;
+        }
+        for (const auto i : found->second) {
+            if (!definitions[i].function_like) {
+                for_each_identifier(definitions[i].body, add);
+            }
+        }
+    }
+    return {queue.begin(), queue.end()};
 }
 
 } // namespace
@@ -421,54 +437,49 @@ IncludeMacros include_macros(std::span<const std::string_view> texts) {
         });
     }
     IncludeMacros macros;
+    // Which definitions each identifier's name is defined by, and which
+    // bodies name it: the closures below walk these once (no rescans of
+    // every definition, which a long chain of macros would make quadratic).
+    std::unordered_map<std::string_view, std::vector<std::size_t>> defined_by;
+    std::unordered_map<std::string_view, std::vector<std::size_t>> named_by;
+    for (std::size_t i = 0; i < definitions.size(); ++i) {
+        defined_by[definitions[i].name].push_back(i);
+        for_each_identifier(definitions[i].body,
+                            [&](std::string_view name) { named_by[name].push_back(i); });
+    }
     // __has_include, and every macro whose body names one of these (a
-    // wrapper, or an alias: `#define HAS_INC __has_include`), until nothing
-    // new.
+    // wrapper, or an alias: `#define HAS_INC __has_include`).
     std::vector<std::string> askers{"__has_include", "__has_include_next"};
-    for (bool grew = true; grew;) {
-        grew = false;
-        for (const auto& definition : definitions) {
-            if (std::find(askers.begin(), askers.end(), definition.name) == askers.end() &&
-                names_any(definition.body, askers)) {
-                askers.emplace_back(definition.name);
-                grew = true;
+    std::unordered_set<std::string_view> is_asker{"__has_include", "__has_include_next"};
+    for (std::size_t next = 0; next < askers.size(); ++next) {
+        const auto found = named_by.find(askers[next]);
+        if (found == named_by.end()) {
+            continue;
+        }
+        for (const auto i : found->second) {
+            if (is_asker.insert(definitions[i].name).second) {
+                askers.emplace_back(definitions[i].name);
             }
         }
     }
-    const auto add_operand = [](std::vector<std::string>& operands, std::string_view name) {
-        if (!name.empty() && std::find(operands.begin(), operands.end(), name) == operands.end()) {
-            operands.emplace_back(name);
-            return true;
-        }
-        return false;
-    };
+    // Every identifier given to #include, #include_next or #import, or to
+    // an asker in any argument.
+    std::vector<std::string_view> included_names;
     for (const auto operand : included) {
         for_each_identifier(operand,
-                            [&](std::string_view name) { add_operand(macros.included, name); });
+                            [&](std::string_view name) { included_names.push_back(name); });
     }
-    // Every identifier given to an asker, in any argument.
+    std::vector<std::string_view> asked_names;
     for (const auto line : lines) {
         for (const auto& asker : askers) {
             for_each_call(line, asker, [&](std::string_view arguments) {
-                for_each_identifier(
-                    arguments, [&](std::string_view name) { add_operand(macros.asked, name); });
+                for_each_identifier(arguments,
+                                    [&](std::string_view name) { asked_names.push_back(name); });
             });
         }
     }
-    // An operand defined as other macros (`#define CONFIG BOOST_CONFIG`).
-    for (auto* operands : {&macros.included, &macros.asked}) {
-        for (bool grew = true; grew;) {
-            grew = false;
-            for (const auto& definition : definitions) {
-                if (!definition.function_like && std::find(operands->begin(), operands->end(),
-                                                           definition.name) != operands->end()) {
-                    for_each_identifier(definition.body, [&](std::string_view name) {
-                        grew = add_operand(*operands, name) || grew;
-                    });
-                }
-            }
-        }
-    }
+    macros.included = alias_closure(included_names, definitions, defined_by);
+    macros.asked = alias_closure(asked_names, definitions, defined_by);
     askers.erase(askers.begin(), askers.begin() + 2);
     macros.wrappers = std::move(askers);
     return macros;

@@ -298,6 +298,14 @@ bool Launcher::prepare() {
             m_facts->native);
     }
     add("kind", std::string(kind_name(m_invocation.kind)), kind_name(m_invocation.kind));
+    // The output directory inside the source's, say: a path under both is
+    // rewritten by the inner one, and names the same file elsewhere only
+    // where they nest the same way.
+    if (const auto nesting = m_rewriter.nesting(); !nesting.empty()) {
+        add("rules.nesting",
+            fmt::format("{} nested directories", std::count(nesting.begin(), nesting.end(), '\n')),
+            nesting);
+    }
     const auto is_path_env = [](std::string_view name) {
         return std::find(std::begin(k_path_environment), std::end(k_path_environment), name) !=
                std::end(k_path_environment);

@@ -31,6 +31,35 @@ PathRewriter::PathRewriter(std::vector<Rule> rules) {
     }
 }
 
+std::string PathRewriter::nesting() const {
+    std::vector<std::string> lines;
+    for (const auto& inner : m_rules) {
+        for (const auto& outer : m_rules) {
+            const auto& dir = outer.directory;
+            if (&inner == &outer || !inner.directory.starts_with(dir) ||
+                inner.directory.size() <= dir.size() || inner.directory[dir.size()] != '/') {
+                continue;
+            }
+            // Below TMPDIR lie per-user names (/tmp/torchinductor_<user>):
+            // keying them would keep a team from sharing builds, and no
+            // compile reaches a file relative to TMPDIR itself.
+            if (outer.placeholder == "@PT2_TMPDIR@") {
+                lines.push_back(inner.placeholder + " in " + outer.placeholder);
+            } else {
+                lines.push_back(inner.placeholder + " = " + outer.placeholder +
+                                inner.directory.substr(dir.size()));
+            }
+        }
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string out;
+    for (const auto& line : lines) {
+        out += line;
+        out += '\n';
+    }
+    return out;
+}
+
 std::string PathRewriter::rewrite(std::string_view text) const {
     std::string out;
     out.reserve(text.size());

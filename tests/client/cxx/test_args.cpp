@@ -209,3 +209,14 @@ TEST_CASE("include directories and -imacros files are collected", "[cxx][args]")
     CHECK(c.invocation->include_dirs == std::vector<std::string>{"a", "b", "c", "d", "/e"});
     CHECK(c.invocation->macro_files == std::vector<std::string>{"m.h"});
 }
+
+TEST_CASE("how rewritten directories nest is part of the key", "[cxx][args]") {
+    const PathRewriter flat({{"/a/src", "@PT2_SRCDIR@"}, {"/b/out", "@PT2_OUTDIR@"}});
+    CHECK(flat.nesting().empty());
+    const PathRewriter nested({{"/a/src", "@PT2_SRCDIR@"},
+                               {"/a/src/build", "@PT2_OUTDIR@"},
+                               {"/tmp/torchinductor_alice", "@PT2_CACHEDIR@"},
+                               {"/tmp", "@PT2_TMPDIR@"}});
+    CHECK(nested.nesting() == "@PT2_CACHEDIR@ in @PT2_TMPDIR@\n"
+                              "@PT2_OUTDIR@ = @PT2_SRCDIR@/build\n");
+}

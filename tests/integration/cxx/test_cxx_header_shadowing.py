@@ -355,3 +355,25 @@ def test_compiler_directory_that_was_a_file(daemon, tmp_root):
 
     _build_twice(daemon, root, ["-c", root / "k.cpp", f"--sysroot={sysroot}", "-o", root / "k.o"],
                  replace)
+
+
+@pytest.mark.parametrize("nested", ["output", "tmpdir"])
+def test_directory_nested_in_the_source_directory(daemon, tmp_root, nested):
+    """A's output directory (or TMPDIR) is A/b, inside A: A/b/h.h, which the
+    source reaches as "b/h.h", is rewritten by the inner directory. In B it
+    is elsewhere, so that placeholder names another file: B must not hit."""
+    root = tmp_root / f"nest-{nested}"
+    for name, value in (("A", 1), ("B", 2)):
+        write(root / name / "k.cpp", '#include "b/h.h"\n' + RETURN_V)
+        write(root / name / "b/h.h", f"#define V {value}\n")
+    write(root / "elsewhere/h.h", "#define V 1\n")
+    outputs = {"A": root / "A/b/k.o", "B": root / "elsewhere/k.o"} if nested == "output" else \
+        {"A": root / "A/k.o", "B": root / "B/k.o"}
+    tmpdirs = {"A": root / "A/b", "B": root / "elsewhere"}
+    for name in ("A", "B"):
+        env = launcher_env(daemon, **({"TMPDIR": str(tmpdirs[name])} if nested == "tmpdir" else {}))
+        args = ["-c", root / name / "k.cpp", "-O2", "-o", outputs[name]]
+        ok(cxx(args, root / name, env))
+        same_as_gxx(args, root / name, outputs[name])
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("builds", 0)) == (0, 2), c

@@ -278,3 +278,16 @@ def test_launcher_in_another_mount_namespace(daemon, tmp_root):
     ok(gxx(["-c", w / "k.cpp", "-Iinc", "-O2", "-o", ref], w))
     assert (w / "k.o").read_bytes() == ref.read_bytes()
     assert "sees other files" in daemon.log()
+
+
+def test_file_macro_in_a_wide_string_pins_the_build(daemon, tmp_root):
+    """u"" __FILE__ (and L"", U"") stores the source's path as UTF-16 or
+    UTF-32 code units: pinned as the narrow one is."""
+    env = launcher_env(daemon, tmp_root / "t")
+    for prefix, char in (("u", "char16_t"), ("U", "char32_t"), ("L", "wchar_t")):
+        for d in (tmp_root / f"A{prefix}", tmp_root / f"B{prefix}"):
+            write(d / "k.cpp", f'const {char}* f() {{ return {prefix}"" __FILE__; }}\n')
+            args = ["-c", d / "k.cpp", "-O2", "-o", d / "k.o"]
+            ok(cxx(args, d, env))
+            same_as_gxx(args, d, d / "k.o")
+    assert counters(daemon).get("hits", 0) == 0
