@@ -490,8 +490,8 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     for (const auto& include : m_invocation.includes) {
         shadows.add_forced_include(include, m_cwd, true);
     }
-    for (const auto& macros : m_invocation.macro_files) {
-        shadows.add_forced_include(macros, m_cwd, false);
+    for (const auto& file : m_invocation.macro_files) {
+        shadows.add_forced_include(file, m_cwd, false);
     }
     bool cacheable = true;
     auto variant = record_inputs(deps, shadows.paths(), cacheable);
