@@ -100,17 +100,47 @@ std::string widened(std::string_view text, std::size_t width) {
     return out;
 }
 
+// Which of a directory's occurrences count as naming it.
+enum class Occurrences {
+    all,
+    // All but a string literal that is the directory itself ("/tmp" or
+    // "/tmp/": <cstdio>'s P_tmpdir, <paths.h>'s _PATH_TMP). In a header's
+    // text such a literal names no file that an #include could open, and
+    // counting it would pin every build including <cstdio> to its TMPDIR.
+    // An output keeps it: there the string is the directory (a RUNPATH).
+    but_quoted_alone,
+};
+
+// Whether `bytes` hold `dir` (already widened to the code units looked
+// for, `width` bytes each) as `which` counts.
+bool holds(std::string_view bytes, std::string_view dir, std::size_t width, Occurrences which) {
+    if (which == Occurrences::all) {
+        return bytes.find(dir) != std::string_view::npos;
+    }
+    const std::string quote = widened("\"", width);
+    const std::string slash_quote = widened("/\"", width);
+    for (auto at = bytes.find(dir); at != std::string_view::npos; at = bytes.find(dir, at + 1)) {
+        const auto after = bytes.substr(at + dir.size());
+        const bool alone = at >= width && bytes.substr(at - width, width) == quote &&
+                           (after.starts_with(quote) || after.starts_with(slash_quote));
+        if (!alone) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Marks in `named` each rule whose directory `bytes` contain, as narrow,
 // UTF-16 or UTF-32 text.
 void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& rules,
-                std::vector<bool>& named) {
+                std::vector<bool>& named, Occurrences which = Occurrences::all) {
     for (std::size_t r = 0; r < rules.size(); ++r) {
         for (const std::size_t width : {1, 2, 4}) {
             if (named[r]) {
                 break;
             }
             const auto& dir = rules[r].directory;
-            named[r] = bytes.find(width == 1 ? dir : widened(dir, width)) != std::string_view::npos;
+            named[r] = holds(bytes, width == 1 ? dir : widened(dir, width), width, which);
         }
     }
 }
@@ -450,7 +480,7 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
         }
         auto file = std::make_unique<MappedFile>(path);
         const auto text = proto::as_text(file->bytes());
-        mark_named(text, rules, named);
+        mark_named(text, rules, named, Occurrences::but_quoted_alone);
         auto clean = without_comments(text);
         texts.push_back(Text{std::move(path), std::move(file), std::move(clean), {}});
     }

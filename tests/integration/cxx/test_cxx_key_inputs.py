@@ -291,3 +291,38 @@ def test_file_macro_in_a_wide_string_pins_the_build(daemon, tmp_root):
             ok(cxx(args, d, env))
             same_as_gxx(args, d, d / "k.o")
     assert counters(daemon).get("hits", 0) == 0
+
+
+def test_a_header_quoting_the_temp_directory_itself_does_not_pin(daemon, tmp_root):
+    """<cstdio> defines P_tmpdir as "/tmp": a string that is the directory
+    itself, through which no #include can open a file. A build whose TMPDIR
+    is /tmp still hits where TMPDIR is elsewhere (the cache directory nested
+    in it the same way); a header naming a file below it still pins."""
+    def machine(tmpdir: Path, cache: Path) -> tuple:
+        src = cache / "ab"
+        write(src / "k.cpp", f'#include <cstdio>\n#include "h.h"\n{RETURN_V}')
+        write(src / "h.h", "#define V 1\n")
+        env = launcher_env(daemon, tmpdir, TORCHINDUCTOR_CACHE_DIR=cache)
+        return ["-c", src / "k.cpp", "-O2", "-o", src / "k.o"], src, env
+
+    # A: TMPDIR is /tmp itself (tmp_root is below it, and so is A's cache).
+    a_args, a_src, a_env = machine(Path("/tmp"), tmp_root / "A" / "cache")
+    ok(cxx(a_args, a_src, a_env))
+    b_args, b_src, b_env = machine(tmp_root / "B", tmp_root / "B" / "cache")
+    ok(cxx(b_args, b_src, b_env))
+    same_as_gxx(b_args, b_src, b_src / "k.o")
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("builds", 0)) == (1, 1), c
+    # A header naming a file below /tmp pins the build to A's TMPDIR: in B,
+    # the same path below B's TMPDIR holds what A's held, but g++ opens A's.
+    rel = tmp_root.relative_to("/tmp") / "v" / "v.h"
+    for tmpdir in (Path("/tmp"), tmp_root / "B"):
+        write(tmpdir / rel, "#define V 1\n")
+    for src in (a_src, b_src):
+        write(src / "h.h", f'#include "/tmp/{rel}"\n')
+    ok(cxx(a_args, a_src, a_env))
+    write(Path("/tmp") / rel, "#define V 3\n")
+    ok(cxx(b_args, b_src, b_env))
+    same_as_gxx(b_args, b_src, b_src / "k.o")
+    c = counters(daemon)
+    assert (c.get("hits", 0), c.get("builds", 0)) == (1, 3), c
