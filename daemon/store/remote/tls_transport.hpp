@@ -9,7 +9,8 @@
 // `ca_file` (else the system's CAs) and its name against the server name
 // (SNI and host check; an IP literal is checked against the IP SANs), unless
 // `verify` is false. Never blocks: every call does what the socket allows now
-// and says what to wait for; the caller polls within its own deadline.
+// and says what to wait for; the caller polls within its own deadline. A read
+// returns after a record without application data (auto-retry is off).
 // Sockets are written with MSG_NOSIGNAL: a closed peer is an error, never a
 // SIGPIPE.
 #pragma once

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
-// TLS transport deadlines and configuration errors (the TLS cases against a
-// real redis-server are in tests/daemon/remote/test_remote_tls.py), and the
+// TLS transport deadlines (a silent server, one flooding post-handshake
+// messages) and configuration errors (the TLS cases against a real
+// redis-server are in tests/daemon/remote/test_remote_tls.py), and the
 // entry signer: the docs/remote.md format (a known-answer vector computed
 // independently with Python's hmac), tampering, rotation, key file checks.
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +21,9 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 using namespace pt2cache::daemon::store;
 using namespace std::chrono_literals;
@@ -45,6 +52,122 @@ public:
 private:
     int m_fd = -1;
     std::uint16_t m_port = 0;
+};
+
+// A TLS 1.3 server on 127.0.0.1 that completes one handshake (a throwaway
+// self-signed certificate), answers the client's setup, then, once told to,
+// sends `updates` KeyUpdate messages as fast as the socket takes them and
+// never answers again: each costs the client a key derivation, and they are
+// made before the flood starts, so the client cannot keep up. Every wait is
+// bounded (5 s).
+class KeyUpdateFlood {
+public:
+    explicit KeyUpdateFlood(std::size_t updates) {
+        m_listener = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(m_listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+        REQUIRE(::listen(m_listener, 4) == 0);
+        socklen_t size = sizeof(address);
+        REQUIRE(::getsockname(m_listener, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+        m_port = ntohs(address.sin_port);
+        m_thread = std::async(std::launch::async, [this, updates] { return serve(updates); });
+    }
+    ~KeyUpdateFlood() {
+        m_go.store(true);
+        if (m_thread.valid()) {
+            m_thread.wait();
+        }
+        ::close(m_listener);
+    }
+    std::uint16_t port() const { return m_port; }
+    // Blocks until the updates are made (false: the server failed first).
+    bool ready() { return m_ready.get_future().get(); }
+    void flood() { m_go.store(true); }
+    // How many bytes of updates the server made; once: how many it sent
+    // (waits for the server to finish).
+    std::size_t made() const { return m_made; }
+    std::size_t sent() { return m_thread.get(); }
+
+private:
+    std::size_t serve(std::size_t updates) {
+        bool told = false;
+        const auto tell = [&](bool ok) {
+            if (!told) {
+                told = true;
+                m_ready.set_value(ok);
+            }
+            return 0;
+        };
+        pollfd listening{m_listener, POLLIN, 0};
+        if (::poll(&listening, 1, 5000) != 1) {
+            return tell(false);
+        }
+        const int fd = ::accept(m_listener, nullptr, nullptr);
+        const timeval bound{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+        EVP_PKEY* key = EVP_EC_gen("P-256");
+        X509* cert = X509_new();
+        X509_set_version(cert, 2);
+        ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+        X509_gmtime_adj(X509_getm_notBefore(cert), 0);
+        X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+        X509_set_pubkey(cert, key);
+        X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                                   reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+        X509_set_issuer_name(cert, X509_get_subject_name(cert));
+        X509_sign(cert, key, EVP_sha256());
+        SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+        SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+        SSL_CTX_use_certificate(ctx, cert);
+        SSL_CTX_use_PrivateKey(ctx, key);
+        SSL* ssl = SSL_new(ctx);
+        SSL_set_fd(ssl, fd);
+        std::size_t sent = 0;
+        char command[256];
+        // The setup (CLIENT SETNAME) gets its +OK; then the updates are made
+        // into memory, and sent when the client waits for its next reply.
+        if (SSL_accept(ssl) == 1 && SSL_read(ssl, command, sizeof command) > 0 &&
+            SSL_write(ssl, "+OK\r\n", 5) == 5) {
+            BIO* memory = BIO_new(BIO_s_mem());
+            SSL_set0_wbio(ssl, memory);
+            for (std::size_t i = 0; i < updates; ++i) {
+                SSL_key_update(ssl, SSL_KEY_UPDATE_NOT_REQUESTED);
+                SSL_do_handshake(ssl);
+            }
+            char* bytes = nullptr;
+            const auto size = static_cast<std::size_t>(BIO_get_mem_data(memory, &bytes));
+            m_made = size;
+            tell(true);
+            const auto until = std::chrono::steady_clock::now() + 5s;
+            while (!m_go.load() && std::chrono::steady_clock::now() < until) {
+                std::this_thread::sleep_for(1ms);
+            }
+            while (sent < size) {
+                const auto n = ::send(fd, bytes + sent, size - sent, MSG_NOSIGNAL);
+                if (n <= 0) {
+                    break; // the client closed, or 5 s without progress
+                }
+                sent += static_cast<std::size_t>(n);
+            }
+        }
+        tell(false);
+        SSL_free(ssl);
+        SSL_CTX_free(ctx);
+        X509_free(cert);
+        EVP_PKEY_free(key);
+        ::close(fd);
+        return sent;
+    }
+
+    int m_listener = -1;
+    std::uint16_t m_port = 0;
+    std::atomic<bool> m_go{false};
+    std::promise<bool> m_ready;
+    std::size_t m_made = 0;
+    std::future<std::size_t> m_thread;
 };
 
 constexpr std::string_view k_key_a =
@@ -88,6 +211,40 @@ TEST_CASE("a TLS handshake with a silent server ends at the deadline", "[store][
     auto aborted = RedisConnection::open(endpoint, std::chrono::steady_clock::now() + 10s, &abort);
     REQUIRE_FALSE(aborted);
     CHECK(aborted.error().kind == RedisErrorKind::aborted);
+}
+
+TEST_CASE("a TLS server flooding post-handshake messages is cut at the deadline", "[store][tls]") {
+    // 150,000 updates (about 4 MB) take the client over half a second to
+    // process; the exchange gets 100 ms.
+    KeyUpdateFlood server(150'000);
+    TlsOptions options;
+    options.verify = false;
+    auto context = TlsContext::make(options);
+    REQUIRE(context);
+    RedisEndpoint endpoint;
+    endpoint.host = "127.0.0.1";
+    endpoint.port = server.port();
+    endpoint.connect_timeout = 2s;
+    endpoint.op_timeout = 2s;
+    endpoint.tls = *context;
+    auto connection = RedisConnection::open(endpoint);
+    REQUIRE(connection);
+    REQUIRE(server.ready());
+
+    const RedisCommand ping{{"PING"}};
+    const auto started = std::chrono::steady_clock::now();
+    server.flood();
+    auto reply = connection->exchange(std::span(&ping, 1), started + 100ms);
+    const auto took = std::chrono::steady_clock::now() - started;
+    REQUIRE_FALSE(reply);
+    CHECK(reply.error().kind == RedisErrorKind::timeout);
+    // 250 ms: scheduling slack on a loaded machine.
+    CHECK(took < 100ms + 250ms);
+    connection = tl::make_unexpected(reply.error()); // closes the socket
+    // The flood was real: more was made than the client could have taken.
+    const auto sent = server.sent();
+    INFO("made " << server.made() << " bytes, sent " << sent);
+    CHECK(server.made() > 3'000'000);
 }
 
 TEST_CASE("TLS configuration errors name the file", "[store][tls]") {
