@@ -170,6 +170,21 @@ private:
     std::future<std::size_t> m_thread;
 };
 
+// rediss://127.0.0.1:PORT, any certificate accepted.
+RedisEndpoint unverified_tls_endpoint(std::uint16_t port, Milliseconds connect, Milliseconds op) {
+    TlsOptions options;
+    options.verify = false;
+    auto context = TlsContext::make(options);
+    REQUIRE(context);
+    RedisEndpoint endpoint;
+    endpoint.host = "127.0.0.1";
+    endpoint.port = port;
+    endpoint.connect_timeout = connect;
+    endpoint.op_timeout = op;
+    endpoint.tls = *context;
+    return endpoint;
+}
+
 constexpr std::string_view k_key_a =
     "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 constexpr std::string_view k_key_b =
@@ -185,16 +200,7 @@ EntrySigner signer_of(std::string_view text) {
 
 TEST_CASE("a TLS handshake with a silent server ends at the deadline", "[store][tls]") {
     SilentListener listener;
-    TlsOptions options;
-    options.verify = false;
-    auto context = TlsContext::make(options);
-    REQUIRE(context);
-    RedisEndpoint endpoint;
-    endpoint.host = "127.0.0.1";
-    endpoint.port = listener.port();
-    endpoint.connect_timeout = 200ms;
-    endpoint.op_timeout = 300ms;
-    endpoint.tls = *context;
+    const auto endpoint = unverified_tls_endpoint(listener.port(), 200ms, 300ms);
     CHECK(endpoint.describe() == "rediss://127.0.0.1:" + std::to_string(listener.port()));
 
     const auto started = std::chrono::steady_clock::now();
@@ -217,17 +223,7 @@ TEST_CASE("a TLS server flooding post-handshake messages is cut at the deadline"
     // 150,000 updates (about 4 MB) take the client over half a second to
     // process; the exchange gets 100 ms.
     KeyUpdateFlood server(150'000);
-    TlsOptions options;
-    options.verify = false;
-    auto context = TlsContext::make(options);
-    REQUIRE(context);
-    RedisEndpoint endpoint;
-    endpoint.host = "127.0.0.1";
-    endpoint.port = server.port();
-    endpoint.connect_timeout = 2s;
-    endpoint.op_timeout = 2s;
-    endpoint.tls = *context;
-    auto connection = RedisConnection::open(endpoint);
+    auto connection = RedisConnection::open(unverified_tls_endpoint(server.port(), 2s, 2s));
     REQUIRE(connection);
     REQUIRE(server.ready());
 
