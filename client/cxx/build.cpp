@@ -134,9 +134,12 @@ bool holds(std::string_view bytes, std::string_view dir, std::size_t width, Occu
 // UTF-16 or UTF-32 text.
 void mark_named(std::string_view bytes, const std::vector<PathRewriter::Rule>& rules,
                 std::vector<bool>& named, Occurrences which = Occurrences::all) {
+    // A directory as wide code units holds NUL bytes: text without
+    // any (every header in practice) is searched once per directory.
+    const bool narrow_only = bytes.find('\0') == std::string_view::npos;
     for (std::size_t r = 0; r < rules.size(); ++r) {
         for (const std::size_t width : {1, 2, 4}) {
-            if (named[r]) {
+            if (named[r] || (width > 1 && narrow_only)) {
                 break;
             }
             const auto& dir = rules[r].directory;

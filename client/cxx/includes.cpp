@@ -346,8 +346,36 @@ std::string without_comments(std::string_view text) {
         text.remove_prefix(3); // a byte order mark
     }
     enum class State { code, line_comment, block_comment, string, character };
+    // Per state, the bytes the loop below looks at; a run of others is
+    // copied (code, a literal) or dropped (a comment) whole, as the loop
+    // would one byte at a time. A backslash may start a line splice in any.
+    using Bytes = std::array<bool, 256>;
+    const auto of = [](std::string_view chars) {
+        Bytes set{};
+        for (const char c : chars) {
+            set[static_cast<unsigned char>(c)] = true;
+        }
+        return set;
+    };
+    // In State's order.
+    static const std::array<Bytes, 5> k_stops = {of("\\/\"'"), of("\\\n\r"), of("\\*"),
+                                                 of("\\\n\r\""), of("\\\n\r'")};
     auto state = State::code;
     for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto& stops = k_stops[static_cast<std::size_t>(state)];
+        auto run_end = i;
+        while (run_end < text.size() && !stops[static_cast<unsigned char>(text[run_end])]) {
+            ++run_end;
+        }
+        if (run_end > i) {
+            if (state != State::line_comment && state != State::block_comment) {
+                out.append(text.substr(i, run_end - i));
+            }
+            i = run_end;
+            if (i == text.size()) {
+                break;
+            }
+        }
         // A line splice (a backslash, maybe blanks, a newline) joins lines
         // before anything else looks.
         if (const auto splice = splice_at(text, i); splice > 0) {
