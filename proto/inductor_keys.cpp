@@ -65,12 +65,11 @@ NamespacedKey from_redis_key(std::string_view redis_key) {
     return passthrough;
 }
 
-std::optional<std::string> to_redis_key(std::string_view ns, std::string_view key) {
+namespace {
+
+std::optional<std::string> redis_form(std::string_view ns, std::string_view key) {
     if (ns == k_redis_namespace) {
         return std::string(key);
-    }
-    if (ns == "autotune" && key.find(k_separator) == key.npos) {
-        return std::nullopt; // a local `<hex>.best_config` entry: never remote
     }
     if (ns == "autotune" || (ns == "aot-autograd" && key.find(k_separator) != key.npos)) {
         return fmt::format("{}{}{}", k_prefix, key, k_version_suffix);
@@ -80,6 +79,21 @@ std::optional<std::string> to_redis_key(std::string_view ns, std::string_view ke
         return std::nullopt;
     }
     return fmt::format("{}{}{}{}{}", k_prefix, cache_id, k_separator, key, k_version_suffix);
+}
+
+} // namespace
+
+std::optional<std::string> to_redis_key(std::string_view ns, std::string_view key) {
+    // Only a Redis key that maps back to this very entry: otherwise two
+    // entries would share it, and one would be served the other's bytes
+    // (("autotune", "fx-graph-v1::k") and ("fx-graph", "k") both wrote
+    // pt2:fx-graph-v1::k:c1). Such an entry stays local, like a local
+    // `<hex>.best_config` autotune entry.
+    auto redis_key = redis_form(ns, key);
+    if (redis_key && from_redis_key(*redis_key) != NamespacedKey{ns, key}) {
+        return std::nullopt;
+    }
+    return redis_key;
 }
 
 std::string_view canonical_cache_id(std::string_view ns) {

@@ -9,7 +9,10 @@
 //   dynamo-pgo             -> pgo,             key
 //   <64 hex> (per kernel)  -> autotune,        "{cache_id}::{key}"
 // Anything else (other versions, other prefixes) -> redis, the whole key.
-// Both directions are lossless: to_redis_key(from_redis_key(k)) == k.
+// Both directions are lossless: to_redis_key(from_redis_key(k)) == k, and
+// from_redis_key(*to_redis_key(ns, key)) == {ns, key} wherever to_redis_key
+// answers (it answers nothing for an entry whose Redis form would map to
+// another), so no two entries share a Redis key.
 #pragma once
 
 #include <optional>
@@ -32,8 +35,10 @@ inline constexpr std::string_view k_redis_namespace = "redis";
 
 NamespacedKey from_redis_key(std::string_view redis_key);
 
-// The Redis key for an entry of `ns`, or nullopt when `ns` has no Redis form
-// (free-form namespaces).
+// The Redis key for an entry of `ns`, or nullopt when it has none: free-form
+// namespaces, and keys whose Redis form would map back to another entry
+// (an autotune key without a 64-hex cache_id, a "redis" key that reads as
+// an Inductor key, ...): those entries stay local.
 std::optional<std::string> to_redis_key(std::string_view ns, std::string_view key);
 
 // The Inductor cache_id of a namespace's entries, e.g. "fx-graph-v1"; empty

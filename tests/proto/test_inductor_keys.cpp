@@ -1,3 +1,4 @@
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,4 +46,66 @@ TEST_CASE("Inductor keys map to namespaces and back", "[proto][keys]") {
     CHECK_FALSE(to_redis_key("autotune", hex64 + ".best_config"));
     CHECK(canonical_cache_id("fx-graph") == "fx-graph-v1");
     CHECK(canonical_cache_id("autotune").empty());
+}
+
+TEST_CASE("no two entries share a Redis key", "[proto][keys]") {
+    const std::string hex64(64, 'b');
+    // Each of these once wrote the Redis key of the entry beside it, which
+    // then read its bytes (a false hit across namespaces).
+    const std::vector<std::pair<NamespacedKey, NamespacedKey>> shadowing{
+        {{"autotune", "fx-graph-v1::K1"}, {"fx-graph", "K1"}},
+        {{"aot-autograd", "autograd-experimental::K2"}, {"aot-autograd", "K2"}},
+        {{"redis", "pt2:dynamo-pgo::K3:c1"}, {"pgo", "K3"}},
+        {{"aot-autograd", "foo::K4"}, {"redis", "pt2:foo::K4:c1"}},
+        {{"autotune", "bundled-autotune-v1::" + hex64}, {"autotune-bundle", hex64}},
+    };
+    for (const auto& [stray, owner] : shadowing) {
+        INFO(stray.ns << " " << stray.key);
+        CHECK_FALSE(to_redis_key(stray.ns, stray.key));
+        const auto owned = to_redis_key(owner.ns, owner.key);
+        REQUIRE(owned);
+        CHECK(from_redis_key(*owned) == owner);
+    }
+
+    // Every namespace with every key built from the pieces Inductor's keys
+    // are made of: whatever has a Redis key maps back to itself, so two
+    // entries can never have the same one.
+    const std::vector<std::string> pieces{"",
+                                          "pt2:",
+                                          "::",
+                                          ":c1",
+                                          ":c2",
+                                          ":",
+                                          "k",
+                                          hex64,
+                                          "autograd-",
+                                          "fx-graph-v1",
+                                          "dynamo-pgo",
+                                          "autograd-experimental",
+                                          "bundled-autotune-v1"};
+    const std::vector<std::string> namespaces{
+        "fx-graph", "aot-autograd", "autotune", "autotune-bundle", "pgo", "redis", "mine"};
+    std::map<std::string, std::pair<std::string, std::string>> owners;
+    std::size_t with_redis_key = 0;
+    for (const auto& a : pieces) {
+        for (const auto& b : pieces) {
+            for (const auto& c : pieces) {
+                for (const auto& d : pieces) {
+                    const auto key = a + b + c + d;
+                    for (const auto& ns : namespaces) {
+                        const auto redis_key = to_redis_key(ns, key);
+                        if (!redis_key) {
+                            continue;
+                        }
+                        ++with_redis_key;
+                        INFO(ns << " " << key << " -> " << *redis_key);
+                        REQUIRE(from_redis_key(*redis_key) == NamespacedKey{ns, key});
+                        const auto [at, fresh] = owners.try_emplace(*redis_key, ns, key);
+                        REQUIRE((fresh || at->second == std::pair(ns, key)));
+                    }
+                }
+            }
+        }
+    }
+    CHECK(with_redis_key > 10'000); // the check saw real keys, not only refusals
 }

@@ -45,3 +45,39 @@ def test_no_redis_form():
     assert canonical_cache_id("pgo") == "dynamo-pgo"
     assert canonical_cache_id("autotune") == ""
     assert canonical_cache_id("redis") == ""
+
+
+# Each once wrote the Redis key of the entry beside it (a false hit across
+# namespaces); the C++ twin is "no two entries share a Redis key".
+SHADOWING = [
+    (("autotune", "fx-graph-v1::K1"), ("fx-graph", "K1")),
+    (("aot-autograd", "autograd-experimental::K2"), ("aot-autograd", "K2")),
+    (("redis", "pt2:dynamo-pgo::K3:c1"), ("pgo", "K3")),
+    (("aot-autograd", "foo::K4"), ("redis", "pt2:foo::K4:c1")),
+    (("autotune", "bundled-autotune-v1::" + "b" * 64), ("autotune-bundle", "b" * 64)),
+]
+
+
+@pytest.mark.parametrize("stray,owner", SHADOWING, ids=[s[0][1] for s in SHADOWING])
+def test_an_entry_never_takes_another_entrys_redis_key(stray, owner):
+    assert to_redis_key(*stray) is None
+    assert from_redis_key(to_redis_key(*owner)) == owner
+
+
+def test_every_redis_key_maps_back_to_its_entry():
+    pieces = ["", "pt2:", "::", ":c1", ":c2", ":", "k", "b" * 64, "autograd-", "fx-graph-v1",
+              "dynamo-pgo", "autograd-experimental", "bundled-autotune-v1"]
+    namespaces = ["fx-graph", "aot-autograd", "autotune", "autotune-bundle", "pgo", "redis",
+                  "mine"]
+    owners = {}
+    for a in pieces:
+        for b in pieces:
+            for c in pieces:
+                key = a + b + c
+                for ns in namespaces:
+                    redis_key = to_redis_key(ns, key)
+                    if redis_key is None:
+                        continue
+                    assert from_redis_key(redis_key) == (ns, key)
+                    assert owners.setdefault(redis_key, (ns, key)) == (ns, key)
+    assert len(owners) > 1000

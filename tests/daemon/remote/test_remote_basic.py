@@ -89,6 +89,36 @@ def test_pt2cached_reads_what_plain_pytorch_writes(remote_daemon, redis_server):
     assert d.cli("get", "fx-graph", inner).stdout == value
 
 
+def test_an_entry_whose_redis_key_is_another_entrys_stays_local(remote_daemon, redis_server):
+    """("autotune", "fx-graph-v1::K") would be written as pt2:fx-graph-v1::K:c1,
+    the Redis key of ("fx-graph", "K"): another machine asking for that FX
+    graph got the autotune entry's bytes. Such an entry stays local; the one
+    that owns the key still goes to Redis."""
+    switches = ("FX_GRAPH", "AUTOTUNE", "AUTOGRAD", "BUNDLED_AUTOTUNE")
+    pgo = {"TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1"}
+    a = remote_daemon(*switches, env=pgo, sub="a")
+    b = remote_daemon(*switches, env=pgo, sub="b")
+    direct = redis_client(redis_server)
+    hex64 = "c" * 64
+    strays = [("autotune", "fx-graph-v1::K1"), ("aot-autograd", "autograd-experimental::K2"),
+              ("redis", "pt2:dynamo-pgo::K3:c1"), ("autotune", f"bundled-autotune-v1::{hex64}")]
+    owners = [("fx-graph", "K1"), ("aot-autograd", "K2"), ("pgo", "K3"),
+              ("autotune-bundle", hex64)]
+    writer = Native(a.socket)
+    for ns, key in strays:
+        assert writer.put(ns, key, f"stray {ns} {key}".encode()) == OK
+    # An owner written after the strays: when it is in Redis, they would be.
+    assert writer.put("autotune", f"{hex64}::K5", b"owner") == OK
+    wait_for(lambda: direct.get(f"pt2:{hex64}::K5:c1") == b"owner", what="the owner's write")
+    assert direct.keys("*") == [f"pt2:{hex64}::K5:c1".encode()]
+    reader = Native(b.socket)
+    for ns, key in owners:
+        assert reader.get(ns, key) == (MISS, b""), (ns, key)
+    # The strays are still served where they were written.
+    for ns, key in strays:
+        assert writer.get(ns, key) == (OK, f"stray {ns} {key}".encode())
+
+
 def test_ttl_from_torchinductor_redis_expire(remote_daemon, redis_server):
     d = remote_daemon(env={"TORCHINDUCTOR_REDIS_EXPIRE": "600"})
     direct = redis_client(redis_server)

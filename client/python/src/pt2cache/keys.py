@@ -17,7 +17,9 @@ dynamo-pgo             pgo             key
 ====================== =============== ======================
 
 Anything else (other versions, other prefixes) goes to namespace ``redis``
-under the whole key. Both directions are lossless.
+under the whole key. Both directions are lossless, and no two entries share
+a Redis key: ``to_redis_key`` answers None for an entry whose Redis form would
+map back to another.
 """
 
 from __future__ import annotations
@@ -75,12 +77,20 @@ def from_redis_key(redis_key: str) -> NamespacedKey:
 
 
 def to_redis_key(ns: str, key: str) -> Optional[str]:
-    """The Redis key of an entry, or None when ``ns`` has no Redis form
-    (free-form namespaces, and local ``<hex>.best_config`` autotune entries)."""
+    """The Redis key of an entry, or None when it has none: free-form
+    namespaces, and keys whose Redis form would map back to another entry
+    (such as a local ``<hex>.best_config`` autotune entry, or
+    ``("autotune", "fx-graph-v1::k")``, whose Redis form is
+    ``("fx-graph", "k")``'s): no two entries share a Redis key."""
+    redis_key = _redis_form(ns, key)
+    if redis_key is not None and from_redis_key(redis_key) != (ns, key):
+        return None
+    return redis_key
+
+
+def _redis_form(ns: str, key: str) -> Optional[str]:
     if ns == REDIS_NAMESPACE:
         return key
-    if ns == "autotune" and _SEPARATOR not in key:
-        return None
     if ns == "autotune" or (ns == "aot-autograd" and _SEPARATOR in key):
         return f"{_PREFIX}{key}{_SUFFIX}"
     cache_id = canonical_cache_id(ns)
