@@ -336,6 +336,14 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     }
     const bool dequeued = m_queue.erase(*redis_key) > 0;
     update_gauges();
+    // A write of the key still in flight could land after the DEL and bring
+    // the entry back: the DEL waits for it (a failed one is not retried).
+    if (!m_queue.wait_settled(*redis_key, SteadyClock::now() + 2 * m_options.endpoint.op_timeout)) {
+        add(m_counters.timeouts);
+        return tl::make_unexpected(
+            StoreError{Failure::timeout,
+                       fmt::format("DEL {:?}: its write to Redis is still going on", *redis_key)});
+    }
     std::vector<RedisCommand> commands{{{"DEL", *redis_key}, {RedisReply::Type::integer}}};
     std::string companion; // signed entries: the signature goes too (same slot: its hash tag)
     if (m_options.signer) {
@@ -484,10 +492,10 @@ void RedisTier::write(WriteItem item) {
             add(m_counters.errors);
             log_refused_write(item, (*refused)->text());
         }
-        m_queue.finished();
+        m_queue.finished(item.key);
     } else if (replies.error().kind == RedisErrorKind::aborted) {
         add(m_counters.shutdown_drops);
-        m_queue.finished();
+        m_queue.finished(item.key);
     } else if (item.attempts + 1 < k_write_attempts && replies.error().connectivity()) {
         ++item.attempts;
         if (!m_queue.requeue(std::move(item))) {
@@ -496,7 +504,7 @@ void RedisTier::write(WriteItem item) {
     } else {
         add(m_counters.queue_drops);
         remote_logger().debug("SET {:?} given up: {}", item.key, replies.error().message);
-        m_queue.finished();
+        m_queue.finished(item.key);
     }
     update_gauges();
 }

@@ -29,6 +29,31 @@ bool WriteBehindQueue::drop_oldest() {
     return true;
 }
 
+std::size_t WriteBehindQueue::remove_queued(std::string_view key) {
+    std::size_t removed = 0;
+    for (auto* from : {&m_small, &m_large}) {
+        for (auto it = from->begin(); it != from->end();) {
+            if (it->key == key) {
+                m_bytes -= it->bytes();
+                it = from->erase(it);
+                ++removed;
+            } else {
+                ++it;
+            }
+        }
+    }
+    return removed;
+}
+
+bool WriteBehindQueue::in_flight(std::string_view key) const {
+    return std::find(m_in_flight.begin(), m_in_flight.end(), key) != m_in_flight.end();
+}
+
+std::deque<WriteItem>::iterator WriteBehindQueue::first_ready(std::deque<WriteItem>& from) {
+    return std::find_if(from.begin(), from.end(),
+                        [&](const WriteItem& item) { return !in_flight(item.key); });
+}
+
 WriteBehindQueue::PushResult WriteBehindQueue::push(WriteItem item) {
     if (item.queued_at == Clock::time_point{}) {
         item.queued_at = Clock::now();
@@ -36,8 +61,12 @@ WriteBehindQueue::PushResult WriteBehindQueue::push(WriteItem item) {
     PushResult result;
     {
         std::lock_guard lock(m_mutex);
+        // The older value must never be written after this one.
+        result.superseded = remove_queued(item.key);
         if (item.bytes() > m_options.capacity_bytes) {
-            return {false, 1};
+            result.accepted = false;
+            result.dropped = 1;
+            return result;
         }
         while (m_bytes + item.bytes() > m_options.capacity_bytes && drop_oldest()) {
             ++result.dropped;
@@ -53,8 +82,15 @@ bool WriteBehindQueue::requeue(WriteItem item) {
     bool stored = false;
     {
         std::lock_guard lock(m_mutex);
-        --m_in_flight;
-        if (m_bytes + item.bytes() <= m_options.capacity_bytes) {
+        const bool erased = std::erase(m_erased_in_flight, item.key) > 0;
+        std::erase(m_in_flight, item.key);
+        const bool newer_queued = std::any_of(m_small.begin(), m_small.end(),
+                                              [&](const auto& i) { return i.key == item.key; }) ||
+                                  std::any_of(m_large.begin(), m_large.end(),
+                                              [&](const auto& i) { return i.key == item.key; });
+        if (erased || newer_queued) {
+            stored = true; // superseded: nothing of it is to be written
+        } else if (m_bytes + item.bytes() <= m_options.capacity_bytes) {
             m_bytes += item.bytes();
             lane(item).push_front(std::move(item));
             stored = true;
@@ -67,30 +103,49 @@ bool WriteBehindQueue::requeue(WriteItem item) {
 std::optional<WriteItem> WriteBehindQueue::pop(Clock::time_point wake_at) {
     std::unique_lock lock(m_mutex);
     const auto generation = m_generation;
+    auto small = m_small.end();
+    auto large = m_large.end();
     m_changed.wait_until(lock, wake_at, [&] {
-        return !m_small.empty() || !m_large.empty() || m_closed || m_generation != generation;
+        small = first_ready(m_small);
+        large = first_ready(m_large);
+        return small != m_small.end() || large != m_large.end() || m_closed ||
+               m_generation != generation;
     });
-    if (m_small.empty() && m_large.empty()) {
+    if (small == m_small.end() && large == m_large.end()) {
         return std::nullopt;
     }
     std::deque<WriteItem>* from = &m_small;
-    if (m_small.empty() ||
-        (!m_large.empty() && Clock::now() - m_large.front().queued_at >= m_options.large_aging)) {
+    auto at = small;
+    if (small == m_small.end() ||
+        (large != m_large.end() && Clock::now() - large->queued_at >= m_options.large_aging)) {
         from = &m_large;
+        at = large;
     }
-    WriteItem item = std::move(from->front());
-    from->pop_front();
+    WriteItem item = std::move(*at);
+    from->erase(at);
     m_bytes -= item.bytes();
-    ++m_in_flight;
+    m_in_flight.push_back(item.key);
     return item;
 }
 
-void WriteBehindQueue::finished() {
+void WriteBehindQueue::finished(std::string_view key) {
     {
         std::lock_guard lock(m_mutex);
-        --m_in_flight;
+        if (const auto it = std::find(m_in_flight.begin(), m_in_flight.end(), key);
+            it != m_in_flight.end()) {
+            m_in_flight.erase(it);
+        }
+        if (const auto it = std::find(m_erased_in_flight.begin(), m_erased_in_flight.end(), key);
+            it != m_erased_in_flight.end()) {
+            m_erased_in_flight.erase(it);
+        }
     }
     m_changed.notify_all();
+}
+
+bool WriteBehindQueue::wait_settled(std::string_view key, Clock::time_point deadline) {
+    std::unique_lock lock(m_mutex);
+    return m_changed.wait_until(lock, deadline, [&] { return !in_flight(key); });
 }
 
 void WriteBehindQueue::wait(Clock::time_point wake_at) {
@@ -118,7 +173,7 @@ void WriteBehindQueue::close() {
 bool WriteBehindQueue::wait_idle(Clock::time_point deadline) {
     std::unique_lock lock(m_mutex);
     return m_changed.wait_until(
-        lock, deadline, [&] { return m_small.empty() && m_large.empty() && m_in_flight == 0; });
+        lock, deadline, [&] { return m_small.empty() && m_large.empty() && m_in_flight.empty(); });
 }
 
 std::vector<WriteItem> WriteBehindQueue::drain() {
@@ -136,20 +191,11 @@ std::vector<WriteItem> WriteBehindQueue::drain() {
 }
 
 std::size_t WriteBehindQueue::erase(std::string_view key) {
-    std::size_t erased = 0;
     std::lock_guard lock(m_mutex);
-    for (auto* from : {&m_small, &m_large}) {
-        for (auto it = from->begin(); it != from->end();) {
-            if (it->key == key) {
-                m_bytes -= it->bytes();
-                it = from->erase(it);
-                ++erased;
-            } else {
-                ++it;
-            }
-        }
+    if (in_flight(key)) {
+        m_erased_in_flight.emplace_back(key);
     }
-    return erased;
+    return remove_queued(key);
 }
 
 std::uint64_t WriteBehindQueue::bytes() const {

@@ -10,7 +10,12 @@
 // - two lanes: values up to `small_limit` and larger ones. `pop` serves the
 //   small lane first, so one large upload does not hold small entries back;
 //   a large entry that has waited `large_aging` is served before small ones,
-//   so large entries are not starved either.
+//   so large entries are not starved either;
+// - one key's writes reach Redis in the order they were pushed: a push
+//   replaces the key's queued write (the newer value is the one to send), a
+//   key has at most one write in flight (`pop` passes over a queued write of
+//   a key in flight), a failed write put back behind a newer one of its key
+//   is dropped, and so is one whose key was erased while it was in flight.
 // Thread-safe.
 #pragma once
 
@@ -52,7 +57,8 @@ public:
 
     struct PushResult {
         bool accepted = true;
-        std::uint64_t dropped = 0; // entries dropped to make room (or this one)
+        std::uint64_t dropped = 0;    // entries dropped to make room (or this one)
+        std::uint64_t superseded = 0; // the key's queued write, replaced by this one
     };
 
     // Queues `item`, stamping `queued_at` when it is unset.
@@ -60,16 +66,23 @@ public:
 
     // Puts back an entry that `pop` handed out (its write failed and it gets
     // another try) at the head of its lane; false when there is no room
-    // (nothing else is dropped for it). Ends the entry's `in flight` state.
+    // (nothing else is dropped for it). True, without queueing it, when a
+    // newer write of its key is queued or its key was erased meanwhile. Ends
+    // the entry's `in flight` state.
     bool requeue(WriteItem item);
 
-    // The next entry (see the policy above); it is `in flight` until
-    // `finished` or `requeue`. Waits until `wake_at` for one; nullopt on
-    // timeout, after `notify`, or when closed and empty.
+    // The next entry (see the policy above) of a key with no write in
+    // flight; it is `in flight` until `finished` or `requeue`. Waits until
+    // `wake_at` for one; nullopt on timeout, after `notify`, or when closed
+    // and nothing can be handed out.
     std::optional<WriteItem> pop(Clock::time_point wake_at);
 
-    // The write of a popped entry is over (written or given up).
-    void finished();
+    // The write of a popped entry of `key` is over (written or given up).
+    void finished(std::string_view key);
+
+    // Waits until no write of `key` is in flight, at most until `deadline`;
+    // true when none is.
+    bool wait_settled(std::string_view key, Clock::time_point deadline);
 
     // Waits until `wake_at`, `notify` or `close`.
     void wait(Clock::time_point wake_at);
@@ -87,7 +100,8 @@ public:
     // Removes and returns every queued entry.
     std::vector<WriteItem> drain();
 
-    // Removes queued writes of `key` (it was deleted meanwhile); how many.
+    // Removes queued writes of `key` (it was deleted meanwhile); how many. A
+    // write of it in flight that fails is not tried again.
     std::size_t erase(std::string_view key);
 
     std::uint64_t bytes() const;
@@ -97,6 +111,11 @@ private:
     std::deque<WriteItem>& lane(const WriteItem& item);
     // Drops the oldest queued entry; false when empty.
     bool drop_oldest();
+    // Removes the queued writes of `key`; how many.
+    std::size_t remove_queued(std::string_view key);
+    // The first entry of `from` whose key has no write in flight, or end.
+    std::deque<WriteItem>::iterator first_ready(std::deque<WriteItem>& from);
+    bool in_flight(std::string_view key) const;
 
     const WriteBehindOptions m_options;
     mutable std::mutex m_mutex;
@@ -104,8 +123,9 @@ private:
     std::deque<WriteItem> m_small;
     std::deque<WriteItem> m_large;
     std::uint64_t m_bytes = 0;
-    std::size_t m_in_flight = 0;
-    std::uint64_t m_generation = 0; // bumped by notify
+    std::vector<std::string> m_in_flight;        // keys; two flushers: a few at most
+    std::vector<std::string> m_erased_in_flight; // of those, keys erased meanwhile
+    std::uint64_t m_generation = 0;              // bumped by notify
     bool m_closed = false;
 };
 

@@ -119,6 +119,24 @@ def test_an_entry_whose_redis_key_is_another_entrys_stays_local(remote_daemon, r
         assert writer.get(ns, key) == (OK, f"stray {ns} {key}".encode())
 
 
+def test_an_overwrite_reaches_redis_after_the_value_it_replaced(remote_daemon, redis_server):
+    """A large value then a small one under the same key, both acknowledged:
+    the small lane went first, the large write landed last, and Redis (every
+    other machine) kept the older value (helper review: 4-7 of 20 keys)."""
+    d = remote_daemon("FX_GRAPH", env={"TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1"})
+    wait_remote_state(d, "connected")
+    via_daemon = redis_py.Redis(unix_socket_path=str(d.socket))
+    direct = redis_client(redis_server)
+    keys = [f"pt2:dynamo-pgo::overwrite-{i}:c1" for i in range(20)]
+    for key in keys:
+        assert via_daemon.set(key, b"OLD" * 100_000)  # over the 256 KiB small lane
+        assert via_daemon.set(key, b"NEW")
+    wait_for(lambda: all(direct.exists(key) for key in keys), what="the writes")
+    time.sleep(1.0)  # any write still to land would land now
+    stale = [key for key in keys if direct.get(key) != b"NEW"]
+    assert stale == [], f"{len(stale)} of {len(keys)} keys kept the older value in Redis"
+
+
 def test_ttl_from_torchinductor_redis_expire(remote_daemon, redis_server):
     d = remote_daemon(env={"TORCHINDUCTOR_REDIS_EXPIRE": "600"})
     direct = redis_client(redis_server)

@@ -76,7 +76,7 @@ TEST_CASE("write-behind queue requeue, erase, drain, idle", "[store][write_behin
     CHECK_FALSE(queue.wait_idle(Clock::now() + 10ms)); // "b" queued, "a" in flight
     CHECK(queue.requeue(std::move(*first)));
     CHECK(queue.pop(Clock::now())->key == "a"); // back at the head
-    queue.finished();
+    queue.finished("a");
     CHECK(queue.erase("b") == 1);
     CHECK(queue.wait_idle(Clock::now() + 10ms));
     queue.push(item("c", 9));
@@ -108,7 +108,7 @@ TEST_CASE("write-behind queue waits are bounded and wakeable",
     });
     CHECK(queue.pop(Clock::now() + 5s)->key == "late");
     pusher.join();
-    queue.finished();
+    queue.finished("late");
 
     std::thread closer([&] {
         std::this_thread::sleep_for(20ms);
@@ -118,4 +118,56 @@ TEST_CASE("write-behind queue waits are bounded and wakeable",
     CHECK_FALSE(queue.pop(before_close + 5s));
     CHECK(Clock::now() - before_close < 2s);
     closer.join();
+}
+
+TEST_CASE("write-behind queue keeps one key's writes in order", "[store][write_behind]") {
+    WriteBehindQueue queue(small_queue(1 << 20));
+    const auto now = Clock::now();
+    SECTION("a push replaces the key's queued write, even in the other lane") {
+        queue.push(item("k", 500, now)); // large lane
+        const auto pushed = queue.push(item("k", 3, now + 1ms));
+        CHECK(pushed.superseded == 1);
+        CHECK(queue.size() == 1);
+        auto popped = queue.pop(Clock::now());
+        REQUIRE(popped);
+        CHECK(popped->value.size() == 3);
+    }
+    SECTION("a key in flight is passed over until its write is over") {
+        queue.push(item("k", 500, now));
+        auto old = queue.pop(Clock::now());
+        REQUIRE(old);
+        queue.push(item("k", 3, now + 1ms)); // newer, and small: served first before
+        queue.push(item("other", 3, now + 2ms));
+        CHECK(queue.pop(Clock::now())->key == "other");
+        queue.finished("other");
+        CHECK_FALSE(queue.pop(Clock::now() + 20ms)); // "k" waits for its old write
+        std::thread writer([&] {
+            std::this_thread::sleep_for(20ms);
+            queue.finished("k");
+        });
+        auto newer = queue.pop(Clock::now() + 5s); // woken by finished()
+        writer.join();
+        REQUIRE(newer);
+        CHECK(newer->value.size() == 3);
+    }
+    SECTION("a failed write behind a newer one of its key is dropped") {
+        queue.push(item("k", 500, now));
+        auto old = queue.pop(Clock::now());
+        REQUIRE(old);
+        queue.push(item("k", 3, now + 1ms));
+        CHECK(queue.requeue(std::move(*old))); // handled: nothing of it to write
+        CHECK(queue.size() == 1);
+        CHECK(queue.pop(Clock::now())->value.size() == 3);
+    }
+    SECTION("a failed write of a key erased while in flight is dropped") {
+        queue.push(item("k", 5, now));
+        auto old = queue.pop(Clock::now());
+        REQUIRE(old);
+        CHECK(queue.erase("k") == 0);
+        CHECK_FALSE(queue.wait_settled("k", Clock::now() + 10ms));
+        CHECK(queue.requeue(std::move(*old)));
+        CHECK(queue.size() == 0);
+        CHECK(queue.wait_settled("k", Clock::now()));
+        CHECK(queue.wait_idle(Clock::now()));
+    }
 }
