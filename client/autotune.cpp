@@ -60,9 +60,8 @@ std::optional<Json> AutotuneCache::read_entry(const std::string& key, bool in_bu
         return std::nullopt;
     }
     const auto& bytes = **value;
-    auto json =
-        Json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                    nullptr, false);
+    auto json = proto::parse_json(
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     // `if best_config := cache.get(key)` and `isinstance(best_config, dict)`.
     if (json.is_discarded() || !json.is_object() || json.empty()) {
         return std::nullopt;
@@ -204,7 +203,7 @@ tl::expected<TritonConfig, std::string> config_from_value(const Json& value) {
 }
 
 tl::expected<TritonConfig, std::string> config_from_json(std::string_view text) {
-    const auto value = Json::parse(text, nullptr, false);
+    const auto value = proto::parse_json(text);
     if (value.is_discarded()) {
         return tl::unexpected(std::string("a config must be JSON"));
     }
@@ -212,7 +211,7 @@ tl::expected<TritonConfig, std::string> config_from_json(std::string_view text) 
 }
 
 tl::expected<std::vector<TritonConfig>, std::string> configs_from_json(std::string_view text) {
-    const auto value = Json::parse(text, nullptr, false);
+    const auto value = proto::parse_json(text);
     if (value.is_discarded() || !value.is_array()) {
         return tl::unexpected(std::string("candidate configs must be a JSON array"));
     }

@@ -107,7 +107,7 @@ bool joins_bundle(std::string_view ns, std::string_view key) {
 }
 
 std::optional<std::string> bundle_entry_json(std::string_view value) {
-    const auto parsed = Json::parse(value, nullptr, false);
+    const auto parsed = proto::parse_json(value);
     if (!parsed.is_object()) {
         return std::nullopt; // also what a parse error gives (discarded)
     }

@@ -179,7 +179,7 @@ std::string BestConfig::to_json() const {
 }
 
 tl::expected<BestConfig, std::string> BestConfig::from_json(std::string_view text) {
-    auto value = Json::parse(text, nullptr, false);
+    auto value = parse_json(text);
     if (value.is_discarded()) {
         return tl::unexpected(std::string("a best-config must be JSON"));
     }
@@ -415,7 +415,7 @@ std::optional<TritonConfig> select_from_text(std::string_view best_config_json,
                                              std::string_view configs_hash,
                                              const std::vector<TritonConfig>& candidates,
                                              bool coordinate_descent_tuning, bool has_warp_spec) {
-    const auto value = Json::parse(best_config_json, nullptr, false);
+    const auto value = parse_json(best_config_json);
     if (value.is_discarded()) {
         return std::nullopt;
     }

@@ -24,7 +24,7 @@ std::uint64_t time_taken_ms(const Json& best_config) {
 } // namespace
 
 tl::expected<DecodedBundle, std::string> decode_bundle(std::string_view text) {
-    const auto bundle = Json::parse(text, nullptr, false);
+    const auto bundle = parse_json(text);
     if (!bundle.is_object()) {
         return tl::make_unexpected(
             bundle.is_discarded() ? std::string("not JSON")

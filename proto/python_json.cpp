@@ -362,6 +362,31 @@ void python_json_dump(const nlohmann::ordered_json& value, std::string& out) {
     }
 }
 
+nlohmann::ordered_json parse_json(std::string_view text) {
+    // Brackets outside strings; a text that is not JSON fails in the parser.
+    std::size_t depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') {
+                ++i;
+            } else if (c == '"') {
+                in_string = false;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > k_max_json_depth) {
+                return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+            }
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return nlohmann::ordered_json::parse(text, nullptr, false);
+}
+
 std::string python_json_dumps(const nlohmann::ordered_json& value) {
     std::string out;
     python_json_dump(value, out);

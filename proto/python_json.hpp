@@ -4,11 +4,22 @@
 // (docs/protocol.md, "Bundles"). Pure functions, no I/O.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace pt2cache::proto {
+
+// How deep untrusted JSON may nest: the functions below (and any code that
+// walks a value) recurse once per level, and CPython's json module gives up
+// near 1,000 levels anyway. Inductor's values nest 3 deep.
+inline constexpr std::size_t k_max_json_depth = 512;
+
+// `text` parsed, or a discarded value when it is not JSON or nests deeper
+// than k_max_json_depth (a deeper value once took a thread's whole stack).
+nlohmann::ordered_json parse_json(std::string_view text);
 
 // `json.dumps(value)` with default arguments: separators ", " and ": ", keys
 // in insertion order, ensure_ascii (every character outside ' '..'~' as

@@ -267,6 +267,28 @@ def test_malformed_bundle_is_a_counted_miss(daemon, tmp_root):
     assert daemon.proc.poll() is None
 
 
+def test_deeply_nested_best_configs_do_not_crash_the_daemon(daemon, tmp_root):
+    """A best-config nested 100,000 deep (200 KB): put with a token, it took
+    the daemon down (SIGSEGV writing the bundle JSON), and once stored as a
+    bundle, again at every BUNDLE_BEGIN after a restart. Now it is not JSON
+    to the daemon: not collected, a counted miss as a stored bundle."""
+    deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    conn = BundleClient(daemon.socket)
+    token, _, _, _ = conn.begin("d" + "e" * 51)
+    assert conn.tput(token, "autotune", local_key("deep"), deep) == OK
+    assert conn.tput(token, "autotune", local_key("fine"), json.dumps(best_config(3)).encode()) == OK
+    assert conn.end(token) == (OK, 1)
+    path = tmp_root / "deep-bundle"
+    path.write_bytes(b'{"' + local_key("deep").encode() + b'": ' + deep + b"}")
+    code_hash = "d" + "f" * 51
+    assert daemon.cli("put", "autotune-bundle", bundle_key(code_hash), str(path)).returncode == 0
+    before = corrupt_count(conn)
+    assert conn.begin(code_hash)[1:] == (False, 0, 0)
+    assert corrupt_count(conn) == before + 1
+    assert daemon.proc.poll() is None
+    conn.ping()
+
+
 def test_bundle_entries_that_cannot_be_restored_are_skipped(daemon, tmp_root):
     conn = BundleClient(daemon.socket)
     good = local_key("restorable")

@@ -202,3 +202,19 @@ TEST_CASE("binary values are written as lists of integers", "[proto][python_json
     CHECK(python_repr(binary) == "[1, 2, 255]");
     CHECK(python_json_dumps(Json(Json::value_t::discarded)) == "null");
 }
+
+TEST_CASE("parse_json refuses JSON nested deeper than k_max_json_depth", "[proto][python_json]") {
+    const auto nested = [](std::size_t depth) {
+        return "{\"a\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+    };
+    CHECK(parse_json(nested(k_max_json_depth)).is_object());
+    CHECK(parse_json(nested(k_max_json_depth + 1)).is_discarded());
+    // 100,000 levels (about 200 KB) once took the daemon's stack when written
+    // back out; now they are not JSON to it.
+    CHECK(parse_json(nested(100'000)).is_discarded());
+    // Brackets inside strings do not count, escaped quotes included.
+    const std::string deep_text = "\"\\\"" + std::string(10'000, '[') + "\"";
+    CHECK(parse_json(deep_text) == nlohmann::ordered_json("\"" + std::string(10'000, '[')));
+    CHECK(parse_json("{\"x\": [1, 2").is_discarded());
+    CHECK(parse_json("[[]]]").is_discarded()); // a stray close is the parser's to refuse
+}
