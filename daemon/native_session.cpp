@@ -8,6 +8,7 @@
 #include "daemon/metrics_text.hpp"
 #include "daemon/native_session_impl.hpp"
 #include "daemon/stats_report.hpp"
+#include "daemon/store/log.hpp"
 #include "proto/bytes.hpp"
 
 namespace pt2cache::daemon {
@@ -194,8 +195,14 @@ bool NativeSession::fail(const proto::Header& header, const proto::Error& error)
     m_measured_result = RequestResult::error;
     if (closes) {
         m_context.stats.daemon().protocol_errors++;
-        logger("session").warn("[{}] {} (status {}), closing", m_connection.id(), error.message,
-                               proto::status_name(error.status));
+        // A client sending nothing but bad frames would fill the log: a line
+        // a second, with how many were left out (the counter has them all).
+        static store::LogThrottle throttle(1'000);
+        if (const auto left_out = throttle.take()) {
+            logger("session").warn("[{}] {} (status {}), closing{}", m_connection.id(),
+                                   error.message, proto::status_name(error.status),
+                                   store::left_out_note(*left_out));
+        }
     }
     proto::encode_error(m_out.bytes(), header.op, header.id, error);
     return !closes;

@@ -8,6 +8,7 @@
 #include "daemon/log.hpp"
 #include "daemon/offload.hpp"
 #include "daemon/resp_util.hpp"
+#include "daemon/store/log.hpp"
 #include "proto/frame.hpp"
 #include "proto/inductor_keys.hpp"
 #include "proto/messages.hpp"
@@ -80,8 +81,13 @@ awaitable<void> RespSession::run() {
             }
             if (auto* error = std::get_if<proto::resp::ProtocolError>(&result)) {
                 m_context.stats.daemon().protocol_errors++;
-                logger("resp").warn("[{}] protocol error: {}; closing", m_connection.id(),
-                                    error->message);
+                // The message may quote the client's bytes: escaped. A line
+                // a second at most, as for native frames.
+                static store::LogThrottle throttle(1'000);
+                if (const auto left_out = throttle.take()) {
+                    logger("resp").warn("[{}] protocol error: {:?}; closing{}", m_connection.id(),
+                                        error->message, store::left_out_note(*left_out));
+                }
                 Writer(m_out.bytes(), m_version).error("ERR Protocol error: " + error->message);
                 co_await m_connection.flush(m_out);
                 co_return;

@@ -21,8 +21,10 @@ tl::expected<void, Error> check_namespace(std::string_view ns) {
     if (!valid_namespace(ns)) {
         return tl::unexpected(
             Error{Status::bad_namespace,
-                  fmt::format("invalid namespace \"{}\": expected 1 to {} characters of [a-z0-9-]",
-                              fmt::format("{}", ns.substr(0, 40)), k_max_namespace)});
+                  // {:?}: quoted, with control and invalid bytes escaped (the
+                  // text reaches the log).
+                  fmt::format("invalid namespace {:?}: expected 1 to {} characters of [a-z0-9-]",
+                              ns.substr(0, 40), k_max_namespace)});
     }
     return {};
 }

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 
+#include <fmt/format.h>
 #include <spdlog/logger.h>
 
 namespace pt2cache::daemon::store {
@@ -34,5 +36,11 @@ private:
     std::atomic<std::int64_t> m_last_ms{0};
     std::atomic<std::uint64_t> m_suppressed{0};
 };
+
+// What a throttled line adds: "" when none was left out, else " (N more
+// such lines left out)".
+inline std::string left_out_note(std::uint64_t left_out) {
+    return left_out == 0 ? std::string() : fmt::format(" ({} more such lines left out)", left_out);
+}
 
 } // namespace pt2cache::daemon::store

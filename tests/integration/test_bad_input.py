@@ -538,3 +538,23 @@ def test_disconnect_mid_put_leaves_nothing(make_daemon):
     drain_disk_queue(observer)
     assert len(entry_files(d.cache_dir, "fx-graph")) == 1
     assert observer.stats()["daemon"]["protocol_errors"] == 0
+
+
+def test_client_bytes_cannot_forge_or_flood_log_lines(make_daemon):
+    """A namespace holding a newline and a made-up log line went to the log
+    as it was (a forged line with its own timestamp), and every bad frame
+    logged a line: 3,000 in 0.6 s (helper review). The bytes are escaped, and
+    bad frames log a line a second at most while the counter has them all."""
+    d = make_daemon()
+    forged = "x\n2026-11-28 00:00:00.000 [daemon] critical: forged"
+    for _ in range(200):
+        conn = NativeClient(d.socket)
+        conn.send(frame(OP["get"], key_body(forged, b"key"), rid=7))
+        expect_error_and_close(conn, OP["get"], STATUS["bad_namespace"], 7)
+    healthy = NativeClient(d.socket)
+    assert healthy.stats()["daemon"]["protocol_errors"] == 200
+    log = d.log()
+    assert "\n2026-11-28 00:00:00.000 [daemon] criti" not in log  # the 40 bytes quoted
+    assert r'invalid namespace "x\n2026-11-28' in log
+    lines = [line for line in log.splitlines() if "invalid namespace" in line]
+    assert 1 <= len(lines) <= 20, len(lines)
