@@ -2,6 +2,7 @@
 // COMMAND, CONFIG, RESET.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <unistd.h>
 
 #include "daemon/connection.hpp"
@@ -33,6 +34,24 @@ bool RespSession::authenticated() const {
     return m_authenticated || m_context.config.resp_password.empty();
 }
 
+namespace {
+
+// Why a client name is refused: Redis's rule (no spaces, newlines or other
+// characters outside '!'..'~', so that CLIENT LIST stays one line per
+// client), and a length of our own, since every connection keeps its name.
+std::optional<std::string> client_name_error(std::string_view name) {
+    constexpr std::size_t k_max_client_name = 4096;
+    if (name.size() > k_max_client_name) {
+        return fmt::format("ERR Client names are at most {} bytes long", k_max_client_name);
+    }
+    if (std::any_of(name.begin(), name.end(), [](char c) { return c < '!' || c > '~'; })) {
+        return "ERR Client names cannot contain spaces, newlines or special characters.";
+    }
+    return std::nullopt;
+}
+
+} // namespace
+
 void RespSession::reset() {
     m_version = 2;
     m_authenticated = false;
@@ -40,6 +59,7 @@ void RespSession::reset() {
     m_in_multi = false;
     m_multi_failed = false;
     m_queued.clear();
+    m_queued_bytes = 0;
 }
 
 RespSession::Next RespSession::auth(Args args) {
@@ -99,7 +119,11 @@ RespSession::Next RespSession::hello(Args args) {
             m_out.bytes().resize(before); // drop AUTH's +OK: HELLO answers instead
             i += 2;
         } else if (iequals(args[i], "SETNAME") && i + 1 < args.size()) {
-            name = std::string(args[++i]);
+            if (const auto refused = client_name_error(args[++i])) {
+                Writer(m_out.bytes(), m_version).error(*refused);
+                return Next::keep;
+            }
+            name = std::string(args[i]);
         } else {
             Writer(m_out.bytes(), m_version)
                 .error(fmt::format("ERR Syntax error in HELLO option '{}'", args[i]));
@@ -138,8 +162,12 @@ RespSession::Next RespSession::client(Args args) {
     if (iequals(sub, "SETINFO") && args.size() == 4) {
         reply.simple("OK");
     } else if (iequals(sub, "SETNAME") && args.size() == 3) {
-        m_name = std::string(args[2]);
-        reply.simple("OK");
+        if (const auto refused = client_name_error(args[2])) {
+            reply.error(*refused);
+        } else {
+            m_name = std::string(args[2]);
+            reply.simple("OK");
+        }
     } else if (iequals(sub, "GETNAME") && args.size() == 2) {
         if (m_name.empty()) {
             reply.null();

@@ -188,6 +188,7 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
             m_in_multi = false;
             m_multi_failed = false;
             m_queued.clear();
+            m_queued_bytes = 0;
             reply.simple("OK");
         }
         co_return Next::keep;
@@ -215,6 +216,20 @@ RespSession::Next RespSession::queue(const std::string& name, Args args) {
         reply.error(proto::resp::unknown_command_message(args));
         return Next::keep;
     }
+    // The copies are held until EXEC: no more than one command may hold
+    // (max_value_size and a little more), or every connection in a
+    // transaction could hold gigabytes.
+    std::uint64_t bytes = 0;
+    for (const auto arg : args) {
+        bytes += arg.size() + sizeof(std::string);
+    }
+    if (m_queued_bytes + bytes > m_context.max_value.load() + k_command_slack) {
+        m_context.stats.daemon().protocol_errors++;
+        reply.error(fmt::format("ERR MULTI transaction longer than max_value_size + {} bytes",
+                                k_command_slack));
+        return Next::close;
+    }
+    m_queued_bytes += bytes;
     m_queued.emplace_back(args.begin(), args.end());
     reply.simple("QUEUED");
     return Next::keep;
@@ -229,6 +244,7 @@ awaitable<RespSession::Next> RespSession::exec() {
     const auto queued = std::move(m_queued);
     const bool failed = m_multi_failed;
     m_queued.clear();
+    m_queued_bytes = 0;
     m_in_multi = false;
     m_multi_failed = false;
     if (failed) {
@@ -240,6 +256,14 @@ awaitable<RespSession::Next> RespSession::exec() {
         const std::vector<std::string_view> args(command.begin(), command.end());
         if (co_await dispatch(upper(args.front()), args) == Next::close) {
             co_return Next::close;
+        }
+        // Replies go out as they pile up, as in a pipeline (a transaction
+        // of GETs of one large value is bounded by the socket, not memory).
+        if (m_connection.needs_room(m_out)) {
+            const bool room = co_await m_connection.make_room(m_out);
+            if (!room) {
+                co_return Next::close;
+            }
         }
     }
     co_return Next::keep;

@@ -111,6 +111,7 @@ private:
     bool m_in_multi = false;
     bool m_multi_failed = false;
     std::vector<std::vector<std::string>> m_queued;
+    std::uint64_t m_queued_bytes = 0; // their arguments
 };
 
 } // namespace pt2cache::daemon

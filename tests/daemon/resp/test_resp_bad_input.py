@@ -148,3 +148,45 @@ def test_wrong_arity_and_options_keep_the_connection(server):
         "ERR invalid expire time in 'set' command")
     assert c.command("PING") == "PONG"
     c.close()
+
+
+def test_a_transaction_holds_no_more_than_one_command_may(make_daemon):
+    """MULTI then 64 KiB SETs without EXEC: the queued copies grew without
+    bound (182 MB on one connection with a 4 MiB budget; helper review).
+    Past max_value_size + 1 MiB the transaction is refused, counted and
+    closed; a smaller one still runs."""
+    d = make_daemon("--set", "daemon.max_value_size=1MiB")
+    c = RespConnection(d.socket)
+    assert c.command("MULTI") == "OK"
+    value = b"v" * 65536
+    replies = []
+    for i in range(40):  # 2.5 MiB queued if nothing stopped it
+        c.send(b"*3\r\n$3\r\nSET\r\n$2\r\nk%d\r\n$65536\r\n" % (i % 10) + value + b"\r\n")
+        replies.append(c.reply())
+        if isinstance(replies[-1], RespError):
+            break
+    refused = [r for r in replies if isinstance(r, RespError)]
+    assert len(refused) == 1 and "MULTI transaction longer" in str(refused[0]), replies[-3:]
+    assert 25 <= replies.index(refused[0]) <= 33  # about 2 MiB queued, not more
+    assert c.closed_by_peer()
+    assert d.stats()["daemon"]["protocol_errors"] == 1
+    small = redis.Redis(unix_socket_path=str(d.socket))
+    with small.pipeline(transaction=True) as pipe:
+        assert pipe.set("a", b"1").get("a").execute() == [True, b"1"]
+
+
+def test_client_names_are_checked_as_redis_does(server):
+    d, _, real = server
+    for target in (d.socket, real.socket):
+        c = redis.Redis(unix_socket_path=str(target))
+        for bad in ("with space", "new\nline", "\x01"):
+            with pytest.raises(redis.ResponseError, match="cannot contain spaces"):
+                c.client_setname(bad)
+        assert c.client_setname("fine-name") is True
+        assert c.client_getname() in ("fine-name", b"fine-name")
+    # Redis sets no length limit; every connection here keeps its name.
+    c = redis.Redis(unix_socket_path=str(d.socket))
+    with pytest.raises(redis.ResponseError, match="at most 4096 bytes"):
+        c.client_setname("n" * 4097)
+    refused = RespConnection(d.socket).command("HELLO", "3", "SETNAME", "a b")
+    assert isinstance(refused, RespError) and "cannot contain" in str(refused)
