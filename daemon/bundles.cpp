@@ -19,9 +19,15 @@ namespace pt2cache::daemon {
 namespace autotune = proto::autotune;
 using Json = nlohmann::ordered_json;
 
-BundleRegistry::BundleRegistry(std::chrono::seconds idle_timeout)
-    : m_idle_timeout(idle_timeout)
+BundleRegistry::BundleRegistry(std::chrono::seconds idle_timeout, BundleLimits limits)
+    : m_limits(limits)
+    , m_idle_timeout(idle_timeout)
     , m_random(std::random_device{}()) {}
+
+void BundleRegistry::erase(std::unordered_map<std::uint64_t, Bundle>::iterator at) {
+    m_bytes -= at->second.bytes;
+    m_bundles.erase(at);
+}
 
 void BundleRegistry::set_idle_timeout(std::chrono::seconds idle_timeout) {
     std::lock_guard lock(m_mutex);
@@ -31,6 +37,13 @@ void BundleRegistry::set_idle_timeout(std::chrono::seconds idle_timeout) {
 std::uint64_t BundleRegistry::open(std::string key, bool hit) {
     const auto now = Clock::now();
     std::lock_guard lock(m_mutex);
+    if (m_bundles.size() >= m_limits.open && !m_bundles.empty()) {
+        erase(
+            std::min_element(m_bundles.begin(), m_bundles.end(), [](const auto& a, const auto& b) {
+                return a.second.last_used < b.second.last_used;
+            }));
+        ++m_refusals.dropped;
+    }
     std::uint64_t token = 0;
     while (token == 0 || m_bundles.contains(token)) {
         token = m_random();
@@ -48,7 +61,7 @@ BundleRegistry::Bundle* BundleRegistry::find(std::uint64_t token, Clock::time_po
         return nullptr;
     }
     if (now - found->second.last_used >= m_idle_timeout) {
-        m_bundles.erase(found);
+        erase(found);
         return nullptr;
     }
     found->second.last_used = now;
@@ -68,15 +81,30 @@ bool BundleRegistry::add(std::uint64_t token, std::string_view basename, std::st
     if (bundle == nullptr) {
         return false;
     }
-    if (bundle->state.hit) {
-        return true; // a restored bundle is not stored again: nothing to collect
+    if (bundle->state.hit || bundle->overflowed) {
+        return true; // nothing (more) to collect: BUNDLE_END stores nothing
     }
     auto& entries = bundle->state.entries;
-    const auto [slot, inserted] = bundle->index.try_emplace(std::string(basename), entries.size());
-    if (inserted) {
+    const auto found = bundle->index.find(std::string(basename));
+    const std::uint64_t replaced =
+        found == bundle->index.end() ? 0 : basename.size() + entries[found->second].second.size();
+    const std::uint64_t grown = bundle->bytes - replaced + basename.size() + json.size();
+    if (grown > m_limits.bundle_bytes || m_bytes - bundle->bytes + grown > m_limits.total_bytes) {
+        m_bytes -= bundle->bytes;
+        bundle->bytes = 0;
+        bundle->overflowed = true;
+        entries.clear();
+        bundle->index.clear();
+        ++m_refusals.overflowed;
+        return true;
+    }
+    m_bytes += grown - bundle->bytes;
+    bundle->bytes = grown;
+    if (found == bundle->index.end()) {
+        bundle->index.emplace(std::string(basename), entries.size());
         entries.emplace_back(basename, std::move(json));
     } else {
-        entries[slot->second].second = std::move(json);
+        entries[found->second].second = std::move(json);
     }
     return true;
 }
@@ -88,13 +116,32 @@ std::optional<BundleRegistry::Closed> BundleRegistry::close(std::uint64_t token)
         return std::nullopt;
     }
     auto node = m_bundles.extract(token);
+    m_bytes -= node.mapped().bytes;
     return std::move(node.mapped().state);
 }
 
 std::size_t BundleRegistry::expire(Clock::time_point now) {
     std::lock_guard lock(m_mutex);
-    return std::erase_if(
-        m_bundles, [&](const auto& item) { return now - item.second.last_used >= m_idle_timeout; });
+    std::size_t expired = 0;
+    for (auto it = m_bundles.begin(); it != m_bundles.end();) {
+        const auto next = std::next(it);
+        if (now - it->second.last_used >= m_idle_timeout) {
+            erase(it);
+            ++expired;
+        }
+        it = next;
+    }
+    return expired;
+}
+
+std::uint64_t BundleRegistry::bytes() const {
+    std::lock_guard lock(m_mutex);
+    return m_bytes;
+}
+
+BundleRegistry::Refusals BundleRegistry::refusals() const {
+    std::lock_guard lock(m_mutex);
+    return m_refusals;
 }
 
 std::size_t BundleRegistry::size() const {

@@ -20,12 +20,25 @@
 
 namespace pt2cache::daemon {
 
+// What open bundles may hold: clients open them at will, and each holds
+// what it collects until BUNDLE_END or the idle timeout.
+struct BundleLimits {
+    // Open tokens; opening one more drops the one idle longest.
+    std::size_t open = 65'536;
+    // Bytes one bundle collects (basenames and JSON). A bundle past it, or
+    // one whose entry would take the registry past `total_bytes`, drops what
+    // it collected and collects nothing more (BUNDLE_END stores nothing):
+    // Inductor's bundles hold some 300 bytes per kernel.
+    std::uint64_t bundle_bytes = 64ULL << 20;
+    std::uint64_t total_bytes = 512ULL << 20;
+};
+
 // Open bundles by token. Thread-safe; every call is short (no I/O).
 class BundleRegistry {
 public:
     using Clock = std::chrono::steady_clock;
 
-    explicit BundleRegistry(std::chrono::seconds idle_timeout);
+    explicit BundleRegistry(std::chrono::seconds idle_timeout, BundleLimits limits = {});
 
     // Applies to tokens already open too (SIGHUP).
     void set_idle_timeout(std::chrono::seconds idle_timeout);
@@ -59,19 +72,36 @@ public:
     std::size_t expire(Clock::time_point now = Clock::now());
 
     std::size_t size() const;
+    // Bytes the open bundles hold.
+    std::uint64_t bytes() const;
+
+    // What the limits cost so far: bundles dropped to open others, and
+    // bundles that stopped collecting.
+    struct Refusals {
+        std::uint64_t dropped = 0;
+        std::uint64_t overflowed = 0;
+    };
+    Refusals refusals() const;
 
 private:
     struct Bundle {
         Closed state;
         std::unordered_map<std::string, std::size_t> index; // basename -> entries slot
         Clock::time_point last_used;
+        std::uint64_t bytes = 0;
+        bool overflowed = false;
     };
 
     // The live bundle of `token`, or null (an expired one is dropped).
     Bundle* find(std::uint64_t token, Clock::time_point now);
+    // Removes `at`, returning its bytes to the registry.
+    void erase(std::unordered_map<std::uint64_t, Bundle>::iterator at);
 
+    const BundleLimits m_limits;
     mutable std::mutex m_mutex;
     std::unordered_map<std::uint64_t, Bundle> m_bundles;
+    std::uint64_t m_bytes = 0;
+    Refusals m_refusals;
     Clock::duration m_idle_timeout;
     std::mt19937_64 m_random;
 };

@@ -17,6 +17,11 @@ nlohmann::json stats_report(Context& context) {
     report["tiers"] = context.store->tier_summary();
     report["daemon"]["inflight_bytes"] = context.inflight.in_use();
     report["daemon"]["inflight_limit"] = context.inflight.limit();
+    const auto bundle_refusals = context.bundles.refusals();
+    report["bundles"] = {{"open", context.bundles.size()},
+                         {"bytes", context.bundles.bytes()},
+                         {"dropped", bundle_refusals.dropped},
+                         {"overflowed", bundle_refusals.overflowed}};
     report["compile"] = context.compile.to_json();
     const auto hashes = context.file_hashes.counters();
     report["file_hashes"] = {{"cached", context.file_hashes.size()},

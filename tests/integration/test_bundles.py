@@ -287,6 +287,10 @@ def test_deeply_nested_best_configs_do_not_crash_the_daemon(daemon, tmp_root):
     assert corrupt_count(conn) == before + 1
     assert daemon.proc.poll() is None
     conn.ping()
+    # The second BUNDLE_BEGIN's token is still open (nothing collected yet).
+    bundles = conn.stats()["bundles"]
+    assert bundles["open"] == 1 and bundles["bytes"] == 0, bundles
+    assert (bundles["dropped"], bundles["overflowed"]) == (0, 0), bundles
 
 
 def test_bundle_entries_that_cannot_be_restored_are_skipped(daemon, tmp_root):
