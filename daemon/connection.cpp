@@ -178,6 +178,14 @@ std::uint64_t Connection::input_beyond_base() const {
     return m_input.capacity() > InputBuffer::k_base ? m_input.capacity() - InputBuffer::k_base : 0;
 }
 
+void Connection::release_input_lease() {
+    // A client that never reads its replies must not keep the budget its
+    // last large request took (the buffer shrank when it was consumed).
+    if (const auto beyond_base = input_beyond_base(); beyond_base < m_lease.bytes()) {
+        m_lease.resize_down(beyond_base);
+    }
+}
+
 awaitable<bool> Connection::lease_input() {
     const bool granted = co_await m_lease.grow_to(input_beyond_base(), k_inflight_patience);
     co_return granted;
@@ -238,6 +246,7 @@ awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint, std
 awaitable<bool> Connection::drain_then_read(std::size_t hint) {
     // Plain statements: GCC 12 miscompiles (SIGILL) a co_await inside a
     // short-circuit condition or a co_return of this awaitable<bool>.
+    release_input_lease();
     while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
         co_await writer_progress();
     }
@@ -259,6 +268,7 @@ awaitable<bool> Connection::make_room(OutputBatch& batch) {
     if (!send(batch)) {
         co_return false;
     }
+    release_input_lease();
     while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
         co_await writer_progress();
     }
@@ -383,6 +393,7 @@ awaitable<void> Connection::writer_progress() {
 
 awaitable<bool> Connection::written() {
     send_deferred();
+    release_input_lease();
     while (m_writing) {
         co_await writer_progress();
     }

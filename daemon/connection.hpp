@@ -102,6 +102,9 @@ private:
     std::uint64_t input_beyond_base() const;
     // Grows the lease to the input buffer's capacity, waiting for room.
     awaitable<bool> lease_input();
+    // Shrinks the lease to the input buffer's capacity, before a wait for
+    // the client to read.
+    void release_input_lease();
     // send(), with no deferred batch ahead of `batch`.
     bool send_now(OutputBatch& batch);
     // Sends the batch that send_later() kept, if any.

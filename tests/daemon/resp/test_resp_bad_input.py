@@ -6,11 +6,12 @@ redis-server given the same bytes."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
 import redis
-from pt2harness import Daemon, RedisServer, TempDir
+from pt2harness import Daemon, RedisServer, TempDir, wait_for
 from resp_helpers import RespConnection, RespError, vm_rss_kib
 
 
@@ -190,3 +191,24 @@ def test_client_names_are_checked_as_redis_does(server):
         c.client_setname("n" * 4097)
     refused = RespConnection(d.socket).command("HELLO", "3", "SETNAME", "a b")
     assert isinstance(refused, RespError) and "cannot contain" in str(refused)
+
+
+def test_a_client_that_never_reads_gives_its_input_budget_back(make_daemon):
+    """A 30 MB ECHO whose reply is never read kept its 30 MB of
+    max_inflight_bytes while the daemon waited for the client to read, and
+    another client's 40 MB SET was refused after 10 s (helper review)."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=64MiB")
+    idle = socket.socket(socket.AF_UNIX)
+    idle.connect(str(d.socket))
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    payload = b"e" * 30_000_000
+    idle.sendall(b"*2\r\n$4\r\nECHO\r\n$%d\r\n" % len(payload) + payload + b"\r\n")
+    healthy = redis.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
+    wait_for(lambda: healthy.execute_command("DBSIZE") is not None
+             and d.stats()["daemon"]["inflight_bytes"] < 1_000_000,
+             timeout=10, what="the idle client's budget to come back")
+    started = time.monotonic()
+    assert healthy.set("big", b"s" * 40_000_000) is True
+    assert time.monotonic() - started < 5
+    assert d.stats()["daemon"]["inflight_refused"] == 0
+    idle.close()
