@@ -257,6 +257,18 @@ RedisTier::run_each(std::initializer_list<std::string_view> keys,
     return all;
 }
 
+bool RedisTier::with_ttl(Entry& entry, const RedisReply& pttl) {
+    // PTTL: milliseconds left, -1 for none, -2 for a key gone between the
+    // GET and the PTTL (expired or deleted meanwhile: a miss).
+    if (pttl.integer == -2) {
+        return false;
+    }
+    if (pttl.integer > 0) {
+        entry.expires_ms = entry.created_ms + pttl.integer;
+    }
+    return true;
+}
+
 tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view ns,
                                                               std::string_view key) {
     const auto redis_key = proto::to_redis_key(ns, key);
@@ -266,9 +278,12 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     if (m_options.signer) {
         return get_signed(*redis_key);
     }
-    const RedisCommand command{{"GET", *redis_key},
-                               {RedisReply::Type::string, RedisReply::Type::nil}};
-    auto replies = run_keyed(*redis_key, std::span(&command, 1), Route::read, &m_abandon);
+    // With its TTL, in the same round trip: a value kept here after its
+    // expiry in Redis would be served for ever (a backfill has no TTL).
+    const RedisCommand commands[2] = {
+        {{"GET", *redis_key}, {RedisReply::Type::string, RedisReply::Type::nil}},
+        {{"PTTL", *redis_key}, {RedisReply::Type::integer}}};
+    auto replies = run_keyed(*redis_key, commands, Route::read, &m_abandon);
     if (!replies) {
         if (replies.error().kind == RedisErrorKind::suspended) {
             add(m_counters.skipped);
@@ -281,10 +296,14 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
         add(m_counters.misses);
         return std::nullopt;
     case RedisReply::Type::string: {
-        add(m_counters.hits);
         Entry entry;
         entry.value = reply.data;
         entry.created_ms = now_ms();
+        if (!with_ttl(entry, *(*replies)[1])) {
+            add(m_counters.misses);
+            return std::nullopt;
+        }
+        add(m_counters.hits);
         return entry;
     }
     default:

@@ -126,6 +126,8 @@ private:
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
     run_each(std::initializer_list<std::string_view> keys, std::span<const RedisCommand> commands,
              Route route, const std::atomic<bool>* abort = nullptr);
+    // Sets `entry`'s expiry from a PTTL reply; false when the key was gone.
+    static bool with_ttl(Entry& entry, const RedisReply& pttl);
     // Counts a failed operation (errors, timeouts, protocol_errors).
     void count_failure(const RedisError& error);
     // Detects (remote.cluster = auto) whether the seed is a cluster node.

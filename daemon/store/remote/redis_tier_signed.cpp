@@ -47,14 +47,18 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::
     // own may have its companion elsewhere: two GETs, each routed by its key,
     // assembled as the MGET's reply.
     const bool split = companion_elsewhere(redis_key);
-    const RedisCommand command{{"MGET", redis_key, companion}, {RedisReply::Type::array}};
-    const RedisCommand gets[2] = {
+    // The value's TTL comes along (RedisTier::get).
+    const RedisCommand both[2] = {
+        {{"MGET", redis_key, companion}, {RedisReply::Type::array}},
+        {{"PTTL", redis_key}, {RedisReply::Type::integer}}};
+    const RedisCommand gets[3] = {
         {{"GET", redis_key}, {RedisReply::Type::string, RedisReply::Type::nil}},
+        {{"PTTL", redis_key}, {RedisReply::Type::integer}},
         {{"GET", companion}, {RedisReply::Type::string, RedisReply::Type::nil}}};
-    auto replies =
-        run_keyed(redis_key, std::span(split ? &gets[0] : &command, 1), Route::read, &m_abandon);
+    auto replies = run_keyed(redis_key, std::span(split ? &gets[0] : &both[0], 2), Route::read,
+                             &m_abandon);
     if (replies && split) {
-        auto second = run_keyed(companion, std::span(&gets[1], 1), Route::read, &m_abandon);
+        auto second = run_keyed(companion, std::span(&gets[2], 1), Route::read, &m_abandon);
         if (!second) {
             replies = tl::make_unexpected(std::move(second.error()));
         } else {
@@ -108,10 +112,14 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::
         }
         return std::nullopt;
     }
-    add(m_counters.hits);
     Entry entry;
     entry.value = value.data;
     entry.created_ms = now_ms();
+    if (!with_ttl(entry, *(*replies)[1])) {
+        add(m_counters.misses);
+        return std::nullopt;
+    }
+    add(m_counters.hits);
     return entry;
 }
 

@@ -137,6 +137,34 @@ def test_an_overwrite_reaches_redis_after_the_value_it_replaced(remote_daemon, r
     assert stale == [], f"{len(stale)} of {len(keys)} keys kept the older value in Redis"
 
 
+@pytest.mark.parametrize("signed", [False, True], ids=["plain", "signed"])
+def test_a_backfilled_entry_expires_when_it_does_in_redis(remote_daemon, redis_server, tmp_root,
+                                                          signed):
+    """Backfilled with no expiry, an entry another machine wrote with a TTL
+    was served here for ever after Redis had dropped it (helper review)."""
+    extra = {}
+    if signed:
+        key_file = tmp_root / "signing.key"
+        key_file.write_text("ab" * 32 + "\n")
+        key_file.chmod(0o600)
+        extra = {"signing_key_file": key_file}
+    writer = remote_daemon(sub="w", **extra)
+    reader = remote_daemon(sub="r", **extra)
+    direct = redis_client(redis_server)
+    redis_key, inner = fx_key(f"short-lived-{signed}")
+    value = inductor_value(1000)
+    assert Native(writer.socket).put("fx-graph", inner, value, ttl_ms=1500) == OK
+    wait_for(lambda: direct.get(redis_key) == value, what="the write-behind SET")
+    assert 0 < direct.pttl(redis_key) <= 1500
+    client = Native(reader.socket)
+    assert client.get("fx-graph", inner) == (OK, value)  # backfilled
+    wait_for(lambda: not direct.exists(redis_key), timeout=5, what="the expiry in Redis")
+    assert client.get("fx-graph", inner) == (MISS, b"")
+    client.close()
+    reader.restart()  # nor from disk
+    assert Native(reader.socket).get("fx-graph", inner) == (MISS, b"")
+
+
 def test_ttl_from_torchinductor_redis_expire(remote_daemon, redis_server):
     d = remote_daemon(env={"TORCHINDUCTOR_REDIS_EXPIRE": "600"})
     direct = redis_client(redis_server)
