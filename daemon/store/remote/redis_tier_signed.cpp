@@ -48,15 +48,14 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::
     // assembled as the MGET's reply.
     const bool split = companion_elsewhere(redis_key);
     // The value's TTL comes along (RedisTier::get).
-    const RedisCommand both[2] = {
-        {{"MGET", redis_key, companion}, {RedisReply::Type::array}},
-        {{"PTTL", redis_key}, {RedisReply::Type::integer}}};
+    const RedisCommand both[2] = {{{"MGET", redis_key, companion}, {RedisReply::Type::array}},
+                                  {{"PTTL", redis_key}, {RedisReply::Type::integer}}};
     const RedisCommand gets[3] = {
         {{"GET", redis_key}, {RedisReply::Type::string, RedisReply::Type::nil}},
         {{"PTTL", redis_key}, {RedisReply::Type::integer}},
         {{"GET", companion}, {RedisReply::Type::string, RedisReply::Type::nil}}};
-    auto replies = run_keyed(redis_key, std::span(split ? &gets[0] : &both[0], 2), Route::read,
-                             &m_abandon);
+    auto replies =
+        run_keyed(redis_key, std::span(split ? &gets[0] : &both[0], 2), Route::read, &m_abandon);
     if (replies && split) {
         auto second = run_keyed(companion, std::span(&gets[2], 1), Route::read, &m_abandon);
         if (!second) {
