@@ -217,6 +217,13 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     co_return Next::keep;
 }
 
+namespace {
+
+// Keys one task of a multi-key command handles on the worker pool.
+constexpr std::size_t k_keys_per_task = 512;
+
+} // namespace
+
 awaitable<RespSession::Next> RespSession::mget(Args args) {
     if (args.size() < 2) {
         wrong_arity("mget");
@@ -234,9 +241,13 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
             }
         }
     }
-    if (!missing.empty()) {
+    // In slices, each its own task on the worker pool: one command of a
+    // million keys must not hold the pool from everyone else's requests.
+    for (std::size_t from = 0; from < missing.size(); from += k_keys_per_task) {
+        const auto slice =
+            std::span(missing).subspan(from, std::min(k_keys_per_task, missing.size() - from));
         auto ok = co_await offload(*m_context.blocking, [&] {
-            for (auto i : missing) {
+            for (auto i : slice) {
                 const auto mapped = map_key(args[i]);
                 auto found = store.get(mapped->ns, mapped->key);
                 if (!found) {
@@ -252,14 +263,22 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
     }
     Writer reply(m_out.bytes(), m_version);
     reply.array(entries.size());
-    for (auto& entry : entries) {
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        auto& entry = entries[i];
         if (!entry) {
             reply.null();
-            continue;
+        } else {
+            reply.bulk_header(entry->value.size());
+            m_out.append_blob(std::move(entry->value));
+            reply.crlf();
         }
-        reply.bulk_header(entry->value.size());
-        m_out.append_blob(std::move(entry->value));
-        reply.crlf();
+        // A large reply goes out as it is built, as a pipeline's does.
+        if (i % k_keys_per_task == 0 && m_connection.needs_room(m_out)) {
+            const bool room = co_await m_connection.make_room(m_out);
+            if (!room) {
+                co_return Next::close;
+            }
+        }
     }
     co_return Next::keep;
 }
@@ -270,26 +289,32 @@ awaitable<RespSession::Next> RespSession::exists_or_del(Args args, bool del) {
         co_return Next::keep;
     }
     auto& store = *m_context.store;
-    auto count = co_await offload(*m_context.blocking, [&]() -> std::optional<std::int64_t> {
-        std::int64_t n = 0;
-        for (std::size_t i = 1; i < args.size(); ++i) {
-            const auto mapped = map_key(args[i]);
-            if (!mapped) {
-                continue;
+    std::int64_t count = 0;
+    // In slices, as MGET's.
+    for (std::size_t from = 1; from < args.size(); from += k_keys_per_task) {
+        const auto to = std::min(args.size(), from + k_keys_per_task);
+        auto n = co_await offload(*m_context.blocking, [&]() -> std::optional<std::int64_t> {
+            std::int64_t found_here = 0;
+            for (std::size_t i = from; i < to; ++i) {
+                const auto mapped = map_key(args[i]);
+                if (!mapped) {
+                    continue;
+                }
+                auto found = del ? store.remove(mapped->ns, mapped->key)
+                                 : store.exists(mapped->ns, mapped->key);
+                if (!found) {
+                    return std::nullopt;
+                }
+                found_here += *found ? 1 : 0;
             }
-            auto found =
-                del ? store.remove(mapped->ns, mapped->key) : store.exists(mapped->ns, mapped->key);
-            if (!found) {
-                return std::nullopt;
-            }
-            n += *found ? 1 : 0;
+            return found_here;
+        });
+        if (!n) {
+            co_return refuse(del ? "DEL" : "EXISTS", "storage error");
         }
-        return n;
-    });
-    if (!count) {
-        co_return refuse(del ? "DEL" : "EXISTS", "storage error");
+        count += *n;
     }
-    Writer(m_out.bytes(), m_version).integer(*count);
+    Writer(m_out.bytes(), m_version).integer(count);
     co_return Next::keep;
 }
 
