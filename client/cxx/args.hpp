@@ -45,7 +45,7 @@ struct Invocation {
     std::vector<std::size_t> path_args;
     // Indices of the arguments the include-search probe leaves out (the
     // source, -o and its operand, -c, -include and its operand, link inputs):
-    // see search_probe_args().
+    // see search_probe_args() (search_list.hpp).
     std::vector<std::size_t> not_for_probe;
     bool uses_native = false;     // -march=native, -mtune=native or -mcpu=native
     bool debug_info = false;      // -g other than -g0: paths are kept as they are

@@ -19,6 +19,7 @@
 #include "client/cxx/entries.hpp"
 #include "client/cxx/includes.hpp"
 #include "client/cxx/process.hpp"
+#include "client/cxx/search_list.hpp"
 
 namespace pt2cache::client::cxx {
 

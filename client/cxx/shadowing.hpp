@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/cxx/includes.hpp"
+#include "client/cxx/search_list.hpp"
 
 namespace pt2cache::client::cxx {
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "client/cxx/includes.hpp"
+#include "client/cxx/search_list.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -6,6 +6,7 @@
 
 #include "client/cxx/args.hpp"
 #include "client/cxx/includes.hpp"
+#include "client/cxx/search_list.hpp"
 
 #include <catch2/catch.hpp>
 
