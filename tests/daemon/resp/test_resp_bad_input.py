@@ -151,6 +151,16 @@ def test_wrong_arity_and_options_keep_the_connection(server):
     c.close()
 
 
+def test_dbsize_with_arguments_is_an_arity_error_as_in_redis(server):
+    d, _, real = server
+    for target in (d.socket, real.socket):
+        c = RespConnection(target)
+        assert c.command("DBSIZE", "x") == RespError(
+            "ERR wrong number of arguments for 'dbsize' command"), target
+        assert isinstance(c.command("DBSIZE"), int)
+        c.close()
+
+
 def test_a_transaction_holds_no_more_than_one_command_may(make_daemon):
     """MULTI then 64 KiB SETs without EXEC: the queued copies grew without
     bound (182 MB on one connection with a 4 MiB budget; helper review).
