@@ -290,11 +290,7 @@ awaitable<RespSession::Next> RespSession::dispatch(const std::string& name, Args
         co_return co_await exists_or_del(args, name != "EXISTS");
     }
     if (name == "DBSIZE") {
-        if (args.size() != 1) {
-            wrong_arity("dbsize");
-            co_return Next::keep;
-        }
-        co_return co_await dbsize();
+        co_return co_await dbsize(args);
     }
     if (name == "PING") {
         if (args.size() > 2) {

@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FUZZ_CHECK(!include.name.empty());
         FUZZ_CHECK(include.name.find('\n') == std::string::npos);
         FUZZ_CHECK(include.name.find('\0') == std::string::npos);
-        const std::string quoted = include.quoted ? "\"" + include.name + "\""
-                                                  : "<" + include.name + ">";
+        const std::string quoted =
+            include.quoted ? "\"" + include.name + "\"" : "<" + include.name + ">";
         FUZZ_CHECK(text.find(quoted) != std::string_view::npos ||
                    clean.find(quoted) != std::string::npos);
         const auto says = [&](std::string_view word) {
