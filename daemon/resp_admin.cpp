@@ -7,6 +7,7 @@
 
 #include "daemon/connection.hpp"
 #include "daemon/resp_session.hpp"
+#include "daemon/resp_util.hpp"
 #include "daemon/stats_report.hpp"
 #include "proto/resp.hpp"
 
@@ -23,8 +24,7 @@ constexpr std::string_view k_redis_version = "7.0.0";
 
 bool iequals(std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::toupper(static_cast<unsigned char>(x)) ==
-                      std::toupper(static_cast<unsigned char>(y));
+               return resp_detail::ascii_upper(x) == resp_detail::ascii_upper(y);
            });
 }
 

@@ -26,7 +26,6 @@ std::optional<RespSession::Next> RespSession::quick(Args args) {
     if (!mapped) {
         return std::nullopt;
     }
-    m_latency.mark();
     auto tier = store::LatencyTier::none;
     auto found = m_context.store->get_quick(mapped->ns, mapped->key, &tier);
     if (!found) {
@@ -41,9 +40,6 @@ bool RespSession::defer_set(Args args) {
     if (args.size() != 3 || !is_command(args[0], "SET") || m_in_multi || !authenticated() ||
         args[2].size() > k_quick_value_max || !map_key(args[1])) {
         return false;
-    }
-    if (m_sets.empty()) {
-        m_latency.mark();
     }
     DeferredSet& set = m_sets.emplace_back();
     set.key_at = m_set_keys.size();

@@ -113,6 +113,9 @@ awaitable<void> RespSession::run() {
                     next = *served;
                 } else {
                     next = co_await execute(command.args);
+                    // The next request starts now, whether or not this
+                    // one was measured (PING, INFO and the like are not).
+                    m_latency.mark();
                 }
             }
             input.consume(command.consumed);
@@ -143,6 +146,7 @@ awaitable<void> RespSession::run() {
             co_return;
         }
         requests = 0;
+        m_latency.mark();
     }
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -28,10 +27,15 @@ inline constexpr std::size_t k_quick_value_max = 16 << 10;
 inline constexpr std::size_t k_max_deferred_sets = 64;
 inline constexpr std::uint64_t k_max_deferred_bytes = 32 << 10;
 
+// Command names and options are ASCII, compared as Redis does in the C
+// locale; std::toupper would be a library call per character.
+constexpr char ascii_upper(char c) {
+    return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+}
+
 inline std::string upper(std::string_view text) {
     std::string out(text);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    std::transform(out.begin(), out.end(), out.begin(), ascii_upper);
     return out;
 }
 
@@ -47,9 +51,8 @@ inline std::optional<std::int64_t> to_int(std::string_view text) {
 // Whether `name` is the command `upper_name` (given in upper case), in any case.
 inline bool is_command(std::string_view name, std::string_view upper_name) {
     return name.size() == upper_name.size() &&
-           std::equal(name.begin(), name.end(), upper_name.begin(), [](char a, char b) {
-               return std::toupper(static_cast<unsigned char>(a)) == b;
-           });
+           std::equal(name.begin(), name.end(), upper_name.begin(),
+                      [](char a, char b) { return ascii_upper(a) == b; });
 }
 
 // The namespaced key for a Redis key, or nullopt when it cannot be stored

@@ -4,6 +4,7 @@ against a real pt2cached, the text parsed by the official prometheus_client pars
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import redis
@@ -252,3 +253,29 @@ def test_small_store_write_times_in_stats_metrics_and_zero(make_daemon):
     files_only = make_daemon("--set", "disk.small_entry_max=0", sub="files")
     assert "small_store_writes" not in stats_json(files_only)["tiers"]["disk"]
     assert "pt2cache_small_store_write_seconds" not in metrics(files_only)
+
+
+def test_idle_time_between_requests_is_not_latency(daemon):
+    """A request's latency starts when its batch is read: the second between two
+    requests on one connection, spent waiting for the client, is not counted."""
+    c = NativeClient(daemon.socket)
+    r = redis.Redis(unix_socket_path=str(daemon.socket))
+    try:
+        assert c.put(NS, b"idle", b"v") == STATUS["ok"]
+        assert r.set("idle-key", b"v")
+        assert r.ping()  # not measured: the next request starts after its reply
+        time.sleep(1.0)
+        assert c.get(NS, b"idle") == (STATUS["ok"], b"v")
+        assert r.get("idle-key") == b"v"
+        with r.pipeline(transaction=False) as pipe:
+            pipe.get("idle-key").get("idle-key").get("absent-key")
+            time.sleep(0.5)  # before the pipeline is sent: not counted either
+            assert pipe.execute() == [b"v", b"v", None]
+    finally:
+        c.close()
+        r.close()
+    latency = rows(stats_json(daemon), "latency")
+    gets = {ns: row for (op, tier, ns), row in latency.items() if op == "get"}
+    assert NS in gets and len(gets) == 2, latency.keys()
+    for row in latency.values():
+        assert row["p999_us"] < 300_000, row
