@@ -162,8 +162,7 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     }
     const auto mapped = map_key(args[1]);
     if (!mapped) {
-        co_return refuse("SET", fmt::format("key of {} bytes is over the {} byte limit",
-                                            args[1].size(), proto::k_max_key));
+        co_return refuse("SET", unstorable_key(args[1]));
     }
     if (args[2].size() > m_context.max_value.load()) {
         co_return refuse("SET", "value over max_value");

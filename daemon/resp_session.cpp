@@ -220,6 +220,11 @@ RespSession::Next RespSession::queue(const std::string& name, Args args) {
         reply.error(proto::resp::unknown_command_message(args));
         return Next::keep;
     }
+    // A SET that EXEC would refuse closes the connection now, before EXEC's
+    // array has begun: a client then sees no reply, not a reply cut short.
+    if (name == "SET" && args.size() >= 3 && !map_key(args[1])) {
+        return refuse("SET", unstorable_key(args[1]));
+    }
     // The copies are held until EXEC: no more than one command may hold
     // (max_value_size and a little more), or every connection in a
     // transaction could hold gigabytes.

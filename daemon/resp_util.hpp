@@ -13,6 +13,8 @@
 #include "proto/frame.hpp"
 #include "proto/inductor_keys.hpp"
 
+#include <fmt/format.h>
+
 namespace pt2cache::daemon::resp_detail {
 
 // Values a deferred SET takes (RespSession::defer_set). Larger ones go
@@ -53,6 +55,15 @@ inline bool is_command(std::string_view name, std::string_view upper_name) {
     return name.size() == upper_name.size() &&
            std::equal(name.begin(), name.end(), upper_name.begin(),
                       [](char a, char b) { return ascii_upper(a) == b; });
+}
+
+// Why a SET of `redis_key`, which map_key refused, cannot be stored.
+inline std::string unstorable_key(std::string_view redis_key) {
+    if (redis_key.size() > proto::k_max_key) {
+        return fmt::format("key of {} bytes is over the {} byte limit", redis_key.size(),
+                           proto::k_max_key);
+    }
+    return "the key maps to an empty native key";
 }
 
 // The namespaced key for a Redis key, or nullopt when it cannot be stored

@@ -56,6 +56,22 @@ def test_oversized_set_is_closed_without_any_reply(limited):
     assert "closing the connection instead of an error reply" in limited.log()
 
 
+def test_oversized_set_in_a_transaction_closes_before_exec_replies(limited):
+    c = RespConnection(limited.socket)
+    assert c.command("MULTI") == "OK"
+    assert c.command("GET", "k") == "QUEUED"
+    c.send(encode("SET", "k" * 1025, "v") + encode("EXEC"))
+    assert c.closed_by_peer()
+    # Neither QUEUED nor the start of EXEC's array: no reply cut short.
+    assert c.buf == b"", c.buf
+    c.close()
+    r = redis.Redis(unix_socket_path=str(limited.socket))
+    with pytest.raises(redis.ConnectionError):
+        r.pipeline(transaction=True).get("k").set("k" * 1025, "v").execute()
+    assert r.set("k", "v") and r.get("k") == b"v"
+    r.close()
+
+
 def test_get_with_a_key_over_1024_bytes_is_a_miss(limited):
     r = redis.Redis(unix_socket_path=str(limited.socket))
     assert r.get("k" * 5000) is None
