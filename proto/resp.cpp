@@ -205,7 +205,11 @@ Writer& Writer::line(char type, std::string_view text) {
     m_out.resize(at + 1 + text.size() + 2);
     auto* out = reinterpret_cast<char*>(m_out.data() + at);
     out[0] = type;
-    std::copy(text.begin(), text.end(), out + 1);
+    // A line ends at its first CR or LF: one inside (an error quoting a
+    // client's argument) would end the reply early and make the rest read
+    // as another reply, so it becomes a space, as in Redis.
+    std::replace_copy_if(
+        text.begin(), text.end(), out + 1, [](char c) { return c == '\r' || c == '\n'; }, ' ');
     out[1 + text.size()] = '\r';
     out[2 + text.size()] = '\n';
     return *this;

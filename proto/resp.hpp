@@ -68,6 +68,7 @@ public:
         : m_out(out)
         , m_version(version) {}
 
+    // Line replies: a CR or LF in `text` is written as a space.
     Writer& simple(std::string_view text);   // +text
     Writer& error(std::string_view text);    // -text (text includes the code)
     Writer& integer(std::int64_t value);     // :n

@@ -189,6 +189,12 @@ TEST_CASE("reply encoding in RESP2 and RESP3", "[proto][resp]") {
     CHECK(written([](Writer& w) { w.array(0).bulk_header(1048576); }) == "*0\r\n$1048576\r\n");
 }
 
+TEST_CASE("a line reply cannot be split by the text it quotes", "[proto][resp]") {
+    CHECK(written([](Writer& w) { w.error("ERR 'a\r\n+OK'"); }) == "-ERR 'a  +OK'\r\n");
+    CHECK(written([](Writer& w) { w.simple("x\ny\r"); }) == "+x y \r\n");
+    CHECK(written([](Writer& w) { w.bulk("a\r\nb"); }) == "$4\r\na\r\nb\r\n");
+}
+
 TEST_CASE("unknown command wording", "[proto][resp]") {
     std::vector<std::string_view> args{"FOO", "a", "b"};
     CHECK(unknown_command_message(args) ==

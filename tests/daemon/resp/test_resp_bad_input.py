@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 from pt2harness import Daemon, RedisServer, TempDir, wait_for
-from resp_helpers import RespConnection, RespError, vm_rss_kib
+from resp_helpers import RespConnection, RespError, encode, vm_rss_kib
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,27 @@ def test_dbsize_with_arguments_is_an_arity_error_as_in_redis(server):
         assert c.command("DBSIZE", "x") == RespError(
             "ERR wrong number of arguments for 'dbsize' command"), target
         assert isinstance(c.command("DBSIZE"), int)
+        c.close()
+
+
+def test_errors_quoting_arguments_cannot_inject_replies(server):
+    """An error that quotes a client's argument holding CR LF ended its line
+    early, and the rest read as a reply of its own: the client's replies were
+    then off by one. As in Redis, CR and LF become spaces."""
+    d, _, real = server
+    sent = (encode("FOO", "a\r\n+INJECTED") + encode("HELLO", "3", "x\r\n:42") +
+            encode("CLIENT", "x\r\n+SUB") + encode("GET", "k\r\n") + encode("PING"))
+    for target in (d.socket, real.socket):
+        c = RespConnection(target)
+        c.send(sent)
+        replies = [c.reply() for _ in range(5)]
+        assert [type(r) for r in replies] == [RespError] * 3 + [type(None), str], replies
+        assert replies[0].args[0].startswith("ERR unknown command 'FOO'"), replies
+        assert "'a  +INJECTED'" in replies[0].args[0], replies
+        assert "'x  :42'" in replies[1].args[0] and "'x  +SUB'" in replies[2].args[0], replies
+        assert replies[4] == "PONG"
+        c.send(encode("PING"))
+        assert c.reply() == "PONG" and c.buf == b"", (target, c.buf)
         c.close()
 
 
