@@ -164,7 +164,7 @@ decode_verified(std::span<const std::byte> file, const Verified& verified, MakeR
         if (!value) {
             return tl::make_unexpected(std::move(value.error()));
         }
-        out.entry.value = Blob::adopt(std::move(*value));
+        out.entry.value = std::move(*value);
     } else {
         out.entry.value = raw_value(verified.payload_offset, payload);
     }

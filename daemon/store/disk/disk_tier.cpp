@@ -222,17 +222,17 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
         return std::nullopt;
     }
 
-    std::vector<std::byte> bytes(static_cast<std::size_t>(header->size));
-    const auto got = read_at(fd->get(), 0, bytes);
+    BlobBuilder bytes(static_cast<std::size_t>(header->size));
+    const auto got = read_at(fd->get(), 0, bytes.bytes());
     if (!got) {
         return tl::make_unexpected(
             io_error(fmt::format("cannot read {}: {}", path, errno_text(got.error()))));
     }
-    if (*got != bytes.size()) {
+    if (*got != bytes.bytes().size()) {
         discard_corrupt(ns, path, id, fd->get(), "shorter than its size");
         return std::nullopt;
     }
-    auto decoded = decode(Blob::adopt(std::move(bytes)));
+    auto decoded = decode(std::move(bytes).finish(*got));
     if (!decoded) {
         discard_corrupt(ns, path, id, fd->get(), decoded.error());
         return std::nullopt;

@@ -58,8 +58,8 @@ ZstdDecompressor::ZstdDecompressor()
     }
 }
 
-tl::expected<std::vector<std::byte>, std::string>
-ZstdDecompressor::decompress_exact(std::span<const std::byte> input, std::uint64_t expected_size) {
+tl::expected<Blob, std::string> ZstdDecompressor::decompress_exact(std::span<const std::byte> input,
+                                                                   std::uint64_t expected_size) {
     const unsigned long long declared = ZSTD_getFrameContentSize(input.data(), input.size());
     if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
         return tl::make_unexpected(std::string("zstd frame header is invalid"));
@@ -75,11 +75,11 @@ ZstdDecompressor::decompress_exact(std::span<const std::byte> input, std::uint64
     if (expected_size > zstd_max_content_size(input.size())) {
         return tl::make_unexpected(std::string("zstd frame claims an impossible size"));
     }
-    std::vector<std::byte> out(static_cast<std::size_t>(expected_size));
+    BlobBuilder out(static_cast<std::size_t>(expected_size));
     auto* context = static_cast<ZSTD_DCtx*>(m_context.get());
     ZSTD_DCtx_reset(context, ZSTD_reset_session_and_parameters);
-    const std::size_t written =
-        ZSTD_decompressDCtx(context, out.data(), out.size(), input.data(), input.size());
+    const std::size_t written = ZSTD_decompressDCtx(context, out.bytes().data(), out.bytes().size(),
+                                                    input.data(), input.size());
     if (ZSTD_isError(written) != 0U) {
         return tl::make_unexpected(
             fmt::format("zstd decompression failed: {}", ZSTD_getErrorName(written)));
@@ -88,7 +88,7 @@ ZstdDecompressor::decompress_exact(std::span<const std::byte> input, std::uint64
         return tl::make_unexpected(
             fmt::format("zstd produced {} bytes, expected {}", written, expected_size));
     }
-    return out;
+    return std::move(out).finish(written);
 }
 
 ZstdDecompressor& ZstdDecompressor::for_this_thread() {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/store/blob.hpp"
+
 #include <tl/expected.hpp>
 
 namespace pt2cache::daemon::store {
@@ -47,8 +49,8 @@ public:
     // Decompresses the single frame `input`, which must declare its content
     // size as exactly `expected_size`; never writes or allocates more than
     // `expected_size` bytes.
-    tl::expected<std::vector<std::byte>, std::string>
-    decompress_exact(std::span<const std::byte> input, std::uint64_t expected_size);
+    tl::expected<Blob, std::string> decompress_exact(std::span<const std::byte> input,
+                                                     std::uint64_t expected_size);
 
     // The thread's own decompressor.
     static ZstdDecompressor& for_this_thread();

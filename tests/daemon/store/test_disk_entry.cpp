@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+#include <cstring>
+
 #include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/disk/disk_layout.hpp"
 #include "daemon/store/xxh3.hpp"
@@ -119,6 +121,18 @@ TEST_CASE("disk entry decoded from a Blob shares its buffer", "[store][disk_entr
     REQUIRE(decoded);
     CHECK(decoded->entry.value.shares_buffer_with(file));
     CHECK(decoded->entry.value.bytes().data() == file.bytes().data() + k_entry_header_size + 4);
+}
+
+TEST_CASE("a BlobBuilder's bytes become the Blob it finishes", "[store][disk_entry]") {
+    BlobBuilder builder(8);
+    REQUIRE(builder.bytes().size() == 8);
+    std::memcpy(builder.bytes().data(), "abcdefgh", 8);
+    const std::byte* filled = builder.bytes().data();
+    const Blob blob = std::move(builder).finish(5);
+    CHECK(blob.text() == "abcde");
+    CHECK(blob.bytes().data() == filled); // no copy
+    CHECK(builder.bytes().empty());
+    CHECK(BlobBuilder(4).finish(9).size() == 4); // never past its size
 }
 
 TEST_CASE("disk entry rejects any flipped byte", "[store][disk_entry]") {
