@@ -2,18 +2,38 @@
 #include "daemon/store/remote/write_behind.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 namespace pt2cache::daemon::store {
 
 WriteBehindQueue::WriteBehindQueue(WriteBehindOptions options)
     : m_options(options) {}
 
-std::deque<WriteItem>& WriteBehindQueue::lane(const WriteItem& item) {
+WriteBehindQueue::Lane& WriteBehindQueue::lane(const WriteItem& item) {
     return item.value.size() <= m_options.small_limit ? m_small : m_large;
 }
 
+void WriteBehindQueue::enqueue(WriteItem item, bool front) {
+    m_bytes += item.bytes();
+    Lane& to = lane(item);
+    const auto at = to.insert(front ? to.begin() : to.end(), std::move(item));
+    // The index views the key held by the list node, which stays put. The
+    // callers removed any queued write of the key first.
+    [[maybe_unused]] const bool fresh =
+        m_queued.try_emplace(std::string_view(at->key), Position{&to, at}).second;
+    assert(fresh);
+}
+
+WriteItem WriteBehindQueue::dequeue(Lane& from, Lane::iterator at) {
+    m_queued.erase(std::string_view(at->key)); // before the key moves out
+    m_bytes -= at->bytes();
+    WriteItem item = std::move(*at);
+    from.erase(at);
+    return item;
+}
+
 bool WriteBehindQueue::drop_oldest() {
-    std::deque<WriteItem>* oldest = nullptr;
+    Lane* oldest = nullptr;
     if (!m_small.empty()) {
         oldest = &m_small;
     }
@@ -24,32 +44,25 @@ bool WriteBehindQueue::drop_oldest() {
     if (oldest == nullptr) {
         return false;
     }
-    m_bytes -= oldest->front().bytes();
-    oldest->pop_front();
+    dequeue(*oldest, oldest->begin());
     return true;
 }
 
 std::size_t WriteBehindQueue::remove_queued(std::string_view key) {
-    std::size_t removed = 0;
-    for (auto* from : {&m_small, &m_large}) {
-        for (auto it = from->begin(); it != from->end();) {
-            if (it->key == key) {
-                m_bytes -= it->bytes();
-                it = from->erase(it);
-                ++removed;
-            } else {
-                ++it;
-            }
-        }
+    const auto found = m_queued.find(key);
+    if (found == m_queued.end()) {
+        return 0;
     }
-    return removed;
+    const Position position = found->second;
+    dequeue(*position.lane, position.at);
+    return 1;
 }
 
 bool WriteBehindQueue::in_flight(std::string_view key) const {
     return std::find(m_in_flight.begin(), m_in_flight.end(), key) != m_in_flight.end();
 }
 
-std::deque<WriteItem>::iterator WriteBehindQueue::first_ready(std::deque<WriteItem>& from) {
+WriteBehindQueue::Lane::iterator WriteBehindQueue::first_ready(Lane& from) {
     return std::find_if(from.begin(), from.end(),
                         [&](const WriteItem& item) { return !in_flight(item.key); });
 }
@@ -71,8 +84,7 @@ WriteBehindQueue::PushResult WriteBehindQueue::push(WriteItem item) {
         while (m_bytes + item.bytes() > m_options.capacity_bytes && drop_oldest()) {
             ++result.dropped;
         }
-        m_bytes += item.bytes();
-        lane(item).push_back(std::move(item));
+        enqueue(std::move(item), false);
     }
     m_changed.notify_one();
     return result;
@@ -84,15 +96,11 @@ bool WriteBehindQueue::requeue(WriteItem item) {
         std::lock_guard lock(m_mutex);
         const bool erased = std::erase(m_erased_in_flight, item.key) > 0;
         std::erase(m_in_flight, item.key);
-        const bool newer_queued = std::any_of(m_small.begin(), m_small.end(),
-                                              [&](const auto& i) { return i.key == item.key; }) ||
-                                  std::any_of(m_large.begin(), m_large.end(),
-                                              [&](const auto& i) { return i.key == item.key; });
+        const bool newer_queued = m_queued.contains(item.key);
         if (erased || newer_queued) {
             stored = true; // superseded: nothing of it is to be written
         } else if (m_bytes + item.bytes() <= m_options.capacity_bytes) {
-            m_bytes += item.bytes();
-            lane(item).push_front(std::move(item));
+            enqueue(std::move(item), true);
             stored = true;
         }
     }
@@ -114,16 +122,14 @@ std::optional<WriteItem> WriteBehindQueue::pop(Clock::time_point wake_at) {
     if (small == m_small.end() && large == m_large.end()) {
         return std::nullopt;
     }
-    std::deque<WriteItem>* from = &m_small;
+    Lane* from = &m_small;
     auto at = small;
     if (small == m_small.end() ||
         (large != m_large.end() && Clock::now() - large->queued_at >= m_options.large_aging)) {
         from = &m_large;
         at = large;
     }
-    WriteItem item = std::move(*at);
-    from->erase(at);
-    m_bytes -= item.bytes();
+    WriteItem item = dequeue(*from, at);
     m_in_flight.push_back(item.key);
     return item;
 }
@@ -180,6 +186,7 @@ std::vector<WriteItem> WriteBehindQueue::drain() {
     std::vector<WriteItem> out;
     {
         std::lock_guard lock(m_mutex);
+        m_queued.clear(); // before the keys it views move out
         for (auto* from : {&m_small, &m_large}) {
             std::move(from->begin(), from->end(), std::back_inserter(out));
             from->clear();

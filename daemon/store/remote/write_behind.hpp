@@ -22,7 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "daemon/store/blob.hpp"
+
+#include <absl/container/flat_hash_map.h>
 
 namespace pt2cache::daemon::store {
 
@@ -108,20 +110,34 @@ public:
     std::size_t size() const;
 
 private:
-    std::deque<WriteItem>& lane(const WriteItem& item);
+    using Lane = std::list<WriteItem>;
+
+    Lane& lane(const WriteItem& item);
+    // Queues `item` at the front or back of its lane, and in the index.
+    void enqueue(WriteItem item, bool front);
+    // Removes the queued entry at `at` from its lane and the index.
+    WriteItem dequeue(Lane& from, Lane::iterator at);
     // Drops the oldest queued entry; false when empty.
     bool drop_oldest();
-    // Removes the queued writes of `key`; how many.
+    // Removes the queued write of `key`; how many (0 or 1).
     std::size_t remove_queued(std::string_view key);
     // The first entry of `from` whose key has no write in flight, or end.
-    std::deque<WriteItem>::iterator first_ready(std::deque<WriteItem>& from);
+    Lane::iterator first_ready(Lane& from);
     bool in_flight(std::string_view key) const;
 
     const WriteBehindOptions m_options;
     mutable std::mutex m_mutex;
     std::condition_variable m_changed;
-    std::deque<WriteItem> m_small;
-    std::deque<WriteItem> m_large;
+    Lane m_small;
+    Lane m_large;
+    // Each key has at most one queued write (a push replaces it): where it
+    // is, by the key it holds. Pushes, erases and requeues then cost the same
+    // with a million small entries queued (Redis down) as with one.
+    struct Position {
+        Lane* lane;
+        Lane::iterator at;
+    };
+    absl::flat_hash_map<std::string_view, Position> m_queued;
     std::uint64_t m_bytes = 0;
     std::vector<std::string> m_in_flight;        // keys; two flushers: a few at most
     std::vector<std::string> m_erased_in_flight; // of those, keys erased meanwhile

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
+#include <algorithm>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/store/remote/write_behind.hpp"
 
@@ -169,5 +173,178 @@ TEST_CASE("write-behind queue keeps one key's writes in order", "[store][write_b
         CHECK(queue.size() == 0);
         CHECK(queue.wait_settled("k", Clock::now()));
         CHECK(queue.wait_idle(Clock::now()));
+    }
+}
+
+namespace {
+
+// The queue's policy (write_behind.hpp) written as plainly as possible: lanes
+// as vectors searched from end to end. The queue must agree with it on every
+// answer, whatever it indexes.
+struct ModelQueue {
+    struct Item {
+        std::string key;
+        std::string value;
+        Clock::time_point queued_at;
+        std::uint64_t bytes() const { return key.size() + value.size(); }
+    };
+    std::uint64_t capacity;
+    std::uint64_t small_limit;
+    std::vector<Item> small, large;
+    std::vector<std::string> in_flight, erased_in_flight;
+    std::uint64_t bytes = 0;
+
+    std::vector<Item>& lane(const Item& item) {
+        return item.value.size() <= small_limit ? small : large;
+    }
+    std::size_t remove_queued(const std::string& key) {
+        std::size_t removed = 0;
+        for (auto* from : {&small, &large}) {
+            for (auto it = from->begin(); it != from->end();) {
+                if (it->key == key) {
+                    bytes -= it->bytes();
+                    it = from->erase(it);
+                    ++removed;
+                } else {
+                    ++it;
+                }
+            }
+        }
+        return removed;
+    }
+    bool flying(const std::string& key) const {
+        return std::find(in_flight.begin(), in_flight.end(), key) != in_flight.end();
+    }
+    WriteBehindQueue::PushResult push(Item item) {
+        WriteBehindQueue::PushResult result;
+        result.superseded = remove_queued(item.key);
+        if (item.bytes() > capacity) {
+            result.accepted = false;
+            result.dropped = 1;
+            return result;
+        }
+        while (bytes + item.bytes() > capacity && (!small.empty() || !large.empty())) {
+            auto* oldest = small.empty() || (!large.empty() &&
+                                             large.front().queued_at < small.front().queued_at)
+                               ? &large
+                               : &small;
+            bytes -= oldest->front().bytes();
+            oldest->erase(oldest->begin());
+            ++result.dropped;
+        }
+        bytes += item.bytes();
+        lane(item).push_back(std::move(item));
+        return result;
+    }
+    std::optional<Item> pop() {
+        for (auto* from : {&small, &large}) { // never aged in this test
+            for (auto it = from->begin(); it != from->end(); ++it) {
+                if (!flying(it->key)) {
+                    Item item = std::move(*it);
+                    from->erase(it);
+                    bytes -= item.bytes();
+                    in_flight.push_back(item.key);
+                    return item;
+                }
+            }
+        }
+        return std::nullopt;
+    }
+    bool requeue(Item item) {
+        const bool erased = std::erase(erased_in_flight, item.key) > 0;
+        std::erase(in_flight, item.key);
+        const bool newer = std::any_of(small.begin(), small.end(),
+                                       [&](const Item& i) { return i.key == item.key; }) ||
+                           std::any_of(large.begin(), large.end(),
+                                       [&](const Item& i) { return i.key == item.key; });
+        if (erased || newer) {
+            return true;
+        }
+        if (bytes + item.bytes() > capacity) {
+            return false;
+        }
+        bytes += item.bytes();
+        auto& to = lane(item);
+        to.insert(to.begin(), std::move(item));
+        return true;
+    }
+    void finished(const std::string& key) {
+        if (auto it = std::find(in_flight.begin(), in_flight.end(), key); it != in_flight.end()) {
+            in_flight.erase(it);
+        }
+        if (auto it = std::find(erased_in_flight.begin(), erased_in_flight.end(), key);
+            it != erased_in_flight.end()) {
+            erased_in_flight.erase(it);
+        }
+    }
+    std::size_t erase(const std::string& key) {
+        if (flying(key)) {
+            erased_in_flight.push_back(key);
+        }
+        return remove_queued(key);
+    }
+};
+
+} // namespace
+
+TEST_CASE("write-behind queue agrees with a plain model of its policy", "[store][write_behind]") {
+    const auto seed = GENERATE(1u, 2u, 3u, 4u);
+    std::mt19937 random(seed);
+    const auto pick = [&](std::uint32_t n) {
+        return std::uniform_int_distribution<std::uint32_t>(0, n - 1)(random);
+    };
+    WriteBehindQueue queue(WriteBehindOptions{
+        .capacity_bytes = 3000, .small_limit = 100, .large_aging = std::chrono::hours(1)});
+    ModelQueue model{.capacity = 3000, .small_limit = 100};
+    std::vector<WriteItem> held; // popped: in flight, as a flusher holds them
+    const auto t0 = Clock::now();
+    for (int step = 0; step < 20000; ++step) {
+        INFO("seed " << seed << ", step " << step);
+        const std::string key = "k" + std::to_string(pick(40));
+        switch (pick(5)) {
+        case 0:
+        case 1: {
+            // Values name their step: a pop shows which write came out.
+            std::string value = std::to_string(step);
+            value.resize(std::max<std::size_t>(value.size(), pick(400)), '.');
+            const auto at = t0 + std::chrono::milliseconds(step);
+            const auto got = queue.push(WriteItem{key, Blob::copy_of(value), 0, at});
+            const auto want = model.push({key, value, at});
+            CHECK(got.accepted == want.accepted);
+            CHECK(got.dropped == want.dropped);
+            CHECK(got.superseded == want.superseded);
+            break;
+        }
+        case 2:
+            CHECK(queue.erase(key) == model.erase(key));
+            break;
+        case 3:
+            if (held.size() < 2) {
+                auto got = queue.pop(Clock::now() - 1s);
+                const auto want = model.pop();
+                REQUIRE(got.has_value() == want.has_value());
+                if (got) {
+                    CHECK(got->key == want->key);
+                    CHECK(got->value.text() == want->value);
+                    held.push_back(std::move(*got));
+                }
+            }
+            break;
+        default:
+            if (!held.empty()) {
+                WriteItem item = std::move(held.front());
+                held.erase(held.begin());
+                if (pick(2) == 0) {
+                    const std::string item_key = item.key;
+                    queue.finished(item_key);
+                    model.finished(item_key);
+                } else {
+                    ModelQueue::Item copy{item.key, std::string(item.value.text()), item.queued_at};
+                    CHECK(queue.requeue(std::move(item)) == model.requeue(std::move(copy)));
+                }
+            }
+        }
+        REQUIRE(queue.size() == model.small.size() + model.large.size());
+        REQUIRE(queue.bytes() == model.bytes);
     }
 }
