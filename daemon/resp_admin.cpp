@@ -126,7 +126,8 @@ RespSession::Next RespSession::hello(Args args) {
             name = std::string(args[i]);
         } else {
             Writer(m_out.bytes(), m_version)
-                .error(fmt::format("ERR Syntax error in HELLO option '{}'", args[i]));
+                .error(fmt::format("ERR Syntax error in HELLO option '{}'",
+                                   resp_detail::quoted(args[i])));
             return Next::keep;
         }
     }
@@ -184,7 +185,7 @@ RespSession::Next RespSession::client(Args args) {
     } else {
         reply.error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
                                 "Try CLIENT HELP.",
-                                sub));
+                                resp_detail::quoted(sub)));
     }
     return Next::keep;
 }

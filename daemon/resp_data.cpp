@@ -137,8 +137,9 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     bool nx = false;
     bool xx = false;
     for (std::size_t i = 3; i < args.size(); ++i) {
-        const auto option = upper(args[i]);
-        if ((option == "EX" || option == "PX") && i + 1 < args.size()) {
+        const auto option = args[i]; // compared in place: it may be long
+        const bool ex = is_command(option, "EX");
+        if ((ex || is_command(option, "PX")) && i + 1 < args.size()) {
             const auto amount = to_int(args[++i]);
             if (!amount) {
                 reply.error("ERR value is not an integer or out of range");
@@ -148,12 +149,12 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
                 reply.error("ERR invalid expire time in 'set' command");
                 co_return Next::keep;
             }
-            ttl_ms = option == "EX" ? *amount * 1000 : *amount;
-        } else if (option == "NX" && !xx) {
+            ttl_ms = ex ? *amount * 1000 : *amount;
+        } else if (is_command(option, "NX") && !xx) {
             nx = true;
-        } else if (option == "XX" && !nx) {
+        } else if (is_command(option, "XX") && !nx) {
             xx = true;
-        } else if (option == "KEEPTTL" && ttl_ms == 0) {
+        } else if (is_command(option, "KEEPTTL") && ttl_ms == 0) {
             // Entries are replaced whole; nothing to keep.
         } else {
             reply.error("ERR syntax error");

@@ -23,6 +23,13 @@ using proto::resp::Writer;
 // What a command may hold beyond its value (command name, key, options).
 constexpr std::uint64_t k_command_slack = 1 << 20;
 
+// Longer than every command's name.
+constexpr std::size_t k_max_command_name = 16;
+
+// The argument vector kept for the next command: a command of more arguments
+// (MGET of many keys) gets a new one, freed after it.
+constexpr std::size_t k_kept_args = 1024;
+
 } // namespace
 
 using namespace resp_detail;
@@ -121,6 +128,11 @@ awaitable<void> RespSession::run() {
             input.consume(command.consumed);
             ++requests;
             m_args = std::move(command.args);
+            if (m_args.capacity() > k_kept_args) {
+                // One long command must not cost every later one. (Not
+                // `m_args = {}`: that assigns an empty list, keeping capacity.)
+                m_args = std::vector<std::string_view>();
+            }
             want = 0;
             parse_at = 1;
             if (next == Next::close) {
@@ -152,7 +164,8 @@ awaitable<void> RespSession::run() {
 
 awaitable<RespSession::Next> RespSession::execute(Args args) {
     m_context.stats.daemon().requests++;
-    const auto name = upper(args[0]);
+    // No command name is longer: a longer one is unknown, and is not copied.
+    const auto name = upper(args[0].substr(0, k_max_command_name));
     Writer reply(m_out.bytes(), m_version);
 
     if (name == "QUIT") {

@@ -57,6 +57,12 @@ inline bool is_command(std::string_view name, std::string_view upper_name) {
                       [](char a, char b) { return ascii_upper(a) == b; });
 }
 
+// What an error reply quotes of a client's argument: its first 128 bytes, as
+// Redis quotes an unknown command or subcommand ("%.128s").
+inline std::string_view quoted(std::string_view arg) {
+    return arg.substr(0, 128);
+}
+
 // Why a SET of `redis_key`, which map_key refused, cannot be stored.
 inline std::string unstorable_key(std::string_view redis_key) {
     if (redis_key.size() > proto::k_max_key) {
