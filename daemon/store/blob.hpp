@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,21 @@ public:
 
     // True when both views share one buffer (used by tests of zero-copy hits).
     bool shares_buffer_with(const Blob& other) const { return m_owner == other.m_owner; }
+
+    // A reference that does not keep the buffer alive: lock() gives the Blob
+    // back while some copy of it still does.
+    struct Weak {
+        std::weak_ptr<const void> owner;
+        std::span<const std::byte> view;
+    };
+    Weak weak() const { return Weak{m_owner, m_view}; }
+    static std::optional<Blob> lock(const Weak& weak) {
+        auto owner = weak.owner.lock();
+        if (!owner) {
+            return std::nullopt;
+        }
+        return Blob(std::move(owner), weak.view);
+    }
 
 private:
     std::shared_ptr<const void> m_owner;

@@ -23,6 +23,12 @@ struct Hash128 {
     std::string hex() const;
 };
 
+// A hash table's hash of a digest: XXH3 digests are uniform, so their low
+// half is a good hash as it is.
+struct Hash128Low {
+    std::size_t operator()(const Hash128& id) const noexcept { return id.low; }
+};
+
 namespace detail {
 struct Xxh3StateDeleter {
     void operator()(void* state) const;

@@ -173,6 +173,10 @@ decode_verified(std::span<const std::byte> file, const Verified& verified, MakeR
 
 } // namespace
 
+std::uint64_t trailer_checksum(std::span<const std::byte, k_entry_trailer_size> trailer) {
+    return get_le<std::uint64_t>(trailer, 0);
+}
+
 EncodedEntry encode_parts(std::string_view ns, std::string_view key, const Entry& entry,
                           std::uint64_t compress_threshold, int level) {
     assert(!ns.empty() && ns.size() <= k_entry_max_ns_size);

@@ -121,6 +121,10 @@ tl::expected<DecodedEntry, std::string> decode(std::span<const std::byte> file);
 // As above; a raw value shares `file`'s buffer instead of being copied.
 tl::expected<DecodedEntry, std::string> decode(const Blob& file);
 
+// The checksum an entry's trailer (its last k_entry_trailer_size bytes) holds:
+// the XXH3-64 of every byte before it, when decode() accepts the file.
+std::uint64_t trailer_checksum(std::span<const std::byte, k_entry_trailer_size> trailer);
+
 // Decodes the header, ns and key from the first bytes of an entry file (at
 // least `k_entry_header_size`, at most `k_entry_max_head_size` are needed).
 // Checks magic, version, flags and the relation of value and payload lengths,

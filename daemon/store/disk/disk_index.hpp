@@ -115,10 +115,6 @@ private:
         std::uint32_t older = k_none; // towards m_oldest
         bool small = false;
     };
-    struct HashOf {
-        // XXH3 digests are uniform: their low half is a good hash as it is.
-        std::size_t operator()(const Hash128& id) const noexcept { return id.low; }
-    };
 
     std::uint32_t intern_locked(std::string_view ns);
     void add_total(const Node& node);
@@ -139,11 +135,11 @@ private:
     std::uint32_t m_free = k_none; // free slab positions, chained through `newer`
     std::uint32_t m_newest = k_none;
     std::uint32_t m_oldest = k_none;
-    absl::flat_hash_map<Hash128, std::uint32_t, HashOf> m_map; // id -> slab position
+    absl::flat_hash_map<Hash128, std::uint32_t, Hash128Low> m_map; // id -> slab position
     std::vector<std::string> m_ns_names;
     std::map<std::string, std::uint32_t, std::less<>> m_ns_indexes;
     bool m_scanning = true;
-    absl::flat_hash_set<Hash128, HashOf> m_erased_while_scanning;
+    absl::flat_hash_set<Hash128, Hash128Low> m_erased_while_scanning;
     // Namespaces whose small entries a CLEAR removed while scanning; all of
     // them, when the store was replaced.
     std::set<std::string, std::less<>> m_small_cleared_while_scanning;
@@ -153,7 +149,7 @@ private:
     std::uint64_t m_salvaging = 0;
     bool salvage_wanted_locked(std::uint64_t generation, std::string_view ns,
                                const Hash128& id) const;
-    absl::flat_hash_set<Hash128, HashOf> m_erased_while_salvaging;
+    absl::flat_hash_set<Hash128, Hash128Low> m_erased_while_salvaging;
     std::set<std::string, std::less<>> m_cleared_while_salvaging;
     std::atomic<std::uint64_t> m_total{0};
     std::atomic<std::uint64_t> m_small_total{0};

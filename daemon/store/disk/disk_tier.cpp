@@ -222,6 +222,28 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
         return std::nullopt;
     }
 
+    const auto touch_file = [&] {
+        if (touch) {
+            // Refresh the mtime so the LRU order survives a restart. Failure
+            // only costs LRU accuracy.
+            ::futimens(fd->get(), nullptr);
+            m_index.record(ns, id, file_charge(header->size));
+        }
+    };
+    const bool large = header->size >= SharedReads::k_min_file_size;
+    if (large) {
+        // A value some reply still holds, read from a file of the same bytes.
+        std::array<std::byte, k_entry_trailer_size> trailer{};
+        const auto got = read_at(fd->get(), header->size - trailer.size(), trailer);
+        if (got && *got == trailer.size()) {
+            if (auto held = m_shared_reads.find(id, header->size, trailer_checksum(trailer))) {
+                touch_file();
+                return Entry{std::move(*held), header->header.created_ms,
+                             header->header.expires_ms};
+            }
+        }
+    }
+
     BlobBuilder bytes(static_cast<std::size_t>(header->size));
     const auto got = read_at(fd->get(), 0, bytes.bytes());
     if (!got) {
@@ -232,17 +254,19 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
         discard_corrupt(ns, path, id, fd->get(), "shorter than its size");
         return std::nullopt;
     }
-    auto decoded = decode(std::move(bytes).finish(*got));
+    const Blob file = std::move(bytes).finish(*got);
+    auto decoded = decode(file);
     if (!decoded) {
         discard_corrupt(ns, path, id, fd->get(), decoded.error());
         return std::nullopt;
     }
-    if (touch) {
-        // Refresh the mtime so the LRU order survives a restart. Failure only
-        // costs LRU accuracy.
-        ::futimens(fd->get(), nullptr);
-        m_index.record(ns, id, file_charge(header->size));
+    if (large) {
+        // Keyed by the checksum decode() verified: that of these very bytes.
+        m_shared_reads.remember(id, file.size(),
+                                trailer_checksum(file.bytes().last<k_entry_trailer_size>()),
+                                decoded->entry.value);
     }
+    touch_file();
     return std::move(decoded->entry);
 }
 

@@ -25,6 +25,7 @@
 #include "daemon/store/disk/disk_layout.hpp"
 #include "daemon/store/disk/disk_small_store.hpp"
 #include "daemon/store/disk/disk_writer.hpp"
+#include "daemon/store/disk/shared_reads.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
@@ -229,6 +230,7 @@ private:
     const DiskOptions m_options;
     Stats& m_stats;
     DiskIndex m_index;
+    SharedReads m_shared_reads; // large values read from files, still held
     std::atomic<std::uint64_t> m_temp_counter{0};
 
     std::mutex m_mutex; // guards the wake-ups below

@@ -157,12 +157,9 @@ private:
         std::shared_ptr<const PendingWrite> writing; // in flight
         std::uint64_t writing_seq = 0;
     };
-    struct HashOf {
-        std::size_t operator()(const Hash128& id) const { return id.low; }
-    };
     // Flat: a push looks its slot up under the lock that every I/O thread
     // and the writer share, and a node per slot missed the cache.
-    using Slots = absl::flat_hash_map<Hash128, Slot, HashOf>;
+    using Slots = absl::flat_hash_map<Hash128, Slot, Hash128Low>;
 
     void run();
     using Batch = std::vector<std::pair<Hash128, std::shared_ptr<const PendingWrite>>>;

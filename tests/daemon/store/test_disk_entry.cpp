@@ -3,6 +3,7 @@
 
 #include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/disk/disk_layout.hpp"
+#include "daemon/store/disk/shared_reads.hpp"
 #include "daemon/store/xxh3.hpp"
 #include "tests/daemon/store/alloc_probe.hpp"
 #include "tests/daemon/store/helpers.hpp"
@@ -280,4 +281,40 @@ TEST_CASE("entry_hash is XXH3-128 of namespace, NUL and key, one shot or streame
     second.update(std::string_view("abc"));
     CHECK(second.digest() == abc);
     CHECK(abc == Xxh3Hash64::of(std::as_bytes(std::span(std::string_view("abc")))));
+}
+
+TEST_CASE("shared reads: found while held, by the same size and checksum only",
+          "[store][disk_entry]") {
+    SharedReads reads;
+    const Hash128 id{1, 2};
+    std::optional<Blob> value = Blob::copy_of(std::string_view("value"));
+    reads.remember(id, 100, 7, *value);
+    const auto found = reads.find(id, 100, 7);
+    REQUIRE(found);
+    CHECK(found->shares_buffer_with(*value));
+    CHECK_FALSE(reads.find(Hash128{1, 3}, 100, 7));
+    CHECK_FALSE(reads.find(id, 100, 8)); // another version: forgotten
+    CHECK(reads.size() == 0);
+    reads.remember(id, 100, 7, *value);
+    CHECK_FALSE(reads.find(id, 101, 7));
+    reads.remember(id, 100, 7, *value);
+    value.reset();
+    CHECK(found); // `found` still holds it
+    CHECK(reads.find(id, 100, 7));
+
+    SECTION("bounded: when every remembered value is held, new ones are not remembered") {
+        std::vector<Blob> held;
+        for (std::uint64_t i = 0; held.size() < SharedReads::k_max_remembered; ++i) {
+            held.push_back(Blob::copy_of(std::string_view("v")));
+            reads.remember(Hash128{10, i}, 1, 1, held.back());
+        }
+        CHECK(reads.size() == SharedReads::k_max_remembered);
+        const Blob extra = Blob::copy_of(std::string_view("x"));
+        reads.remember(Hash128{99, 0}, 1, 1, extra);
+        CHECK_FALSE(reads.find(Hash128{99, 0}, 1, 1));
+        held.erase(held.begin()); // one remembered value released: room again
+        reads.remember(Hash128{99, 0}, 1, 1, extra);
+        CHECK(reads.find(Hash128{99, 0}, 1, 1));
+        CHECK(reads.size() <= SharedReads::k_max_remembered);
+    }
 }

@@ -200,6 +200,60 @@ TEST_CASE("disk tier treats a corrupt file as a miss and removes it", "[store][d
     CHECK(get(tier, "pgo", "k")->value.text() == "v");
 }
 
+TEST_CASE("disk tier shares a large value while a reply still holds it", "[store][disk]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), options(), stats);
+    const auto original = random_bytes(2 << 20, 1);
+    REQUIRE(tier.put("fx-graph", "big", make_entry(original)));
+    const fs::path path = entry_path(dir.path(), "fx-graph", "big");
+    auto first = get(tier, "fx-graph", "big");
+    REQUIRE(first);
+    REQUIRE(std::ranges::equal(first->value.bytes(), original));
+
+    SECTION("another read of the same file shares the held value") {
+        const auto second = get(tier, "fx-graph", "big");
+        REQUIRE(second);
+        CHECK(second->value.shares_buffer_with(first->value));
+        CHECK(second->created_ms == first->created_ms);
+    }
+    SECTION("a new version, even of the same size, is read from its file") {
+        const auto changed = random_bytes(2 << 20, 2);
+        REQUIRE(tier.put("fx-graph", "big", make_entry(changed)));
+        const auto second = get(tier, "fx-graph", "big");
+        REQUIRE(second);
+        CHECK_FALSE(second->value.shares_buffer_with(first->value));
+        CHECK(std::ranges::equal(second->value.bytes(), changed));
+    }
+    SECTION("once released, the file is read and verified again") {
+        // A payload byte changed in place, the trailer kept: while the value
+        // is held, reads get the bytes verified when it was read.
+        auto bytes = read_file(path);
+        bytes[4096] ^= std::byte{1};
+        write_file(path, bytes);
+        auto held = get(tier, "fx-graph", "big");
+        REQUIRE(held);
+        CHECK(held->value.shares_buffer_with(first->value));
+        CHECK(std::ranges::equal(held->value.bytes(), original));
+        first.reset();
+        held.reset();
+        CHECK_FALSE(get(tier, "fx-graph", "big")); // read again: the damage is found
+        CHECK(stats.tier("fx-graph", TierId::disk).corrupt == 1);
+    }
+}
+
+TEST_CASE("disk tier does not share values under the large-file size", "[store][disk]") {
+    TempDir dir;
+    Stats stats;
+    DiskTier tier(dir.path(), options(), stats);
+    REQUIRE(tier.put("fx-graph", "k", make_entry(random_bytes(100'000))));
+    const auto first = get(tier, "fx-graph", "k");
+    const auto second = get(tier, "fx-graph", "k");
+    REQUIRE(first);
+    REQUIRE(second);
+    CHECK_FALSE(second->value.shares_buffer_with(first->value));
+}
+
 TEST_CASE("disk tier ignores a valid entry of another key at the path", "[store][disk]") {
     TempDir dir;
     Stats stats;
