@@ -230,7 +230,7 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
             m_index.record(ns, id, file_charge(header->size));
         }
     };
-    const bool large = header->size >= SharedReads::k_min_file_size;
+    const bool large = header->header.value_size >= SharedReads::k_min_value_size;
     if (large) {
         // A value some reply still holds, read from a file of the same bytes.
         std::array<std::byte, k_entry_trailer_size> trailer{};

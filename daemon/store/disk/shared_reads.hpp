@@ -26,9 +26,10 @@ namespace pt2cache::daemon::store {
 
 class SharedReads {
 public:
-    // Files smaller than this are read every time: the memory tier holds
-    // their values, and a copy costs little.
-    static constexpr std::uint64_t k_min_file_size = 1 << 20;
+    // Smaller values are read every time: the memory tier holds them, and a
+    // copy costs little. (The value's size, not the file's: a compressed
+    // file of a few KiB may hold 64 MiB.)
+    static constexpr std::uint64_t k_min_value_size = 1 << 20;
     // Values remembered at most; beyond it, the ones no longer held are
     // forgotten, and if all are, nothing more is remembered until some are.
     static constexpr std::size_t k_max_remembered = 256;

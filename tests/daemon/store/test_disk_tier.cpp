@@ -242,7 +242,23 @@ TEST_CASE("disk tier shares a large value while a reply still holds it", "[store
     }
 }
 
-TEST_CASE("disk tier does not share values under the large-file size", "[store][disk]") {
+TEST_CASE("disk tier shares a large value stored compressed", "[store][disk]") {
+    TempDir dir;
+    Stats stats;
+    DiskOptions compressing = options();
+    compressing.compress_threshold = 1024;
+    DiskTier tier(dir.path(), compressing, stats);
+    REQUIRE(tier.put("fx-graph", "big", make_entry(std::string(4 << 20, 'z'))));
+    REQUIRE(fs::file_size(entry_path(dir.path(), "fx-graph", "big")) < 4096);
+    const auto first = get(tier, "fx-graph", "big");
+    const auto second = get(tier, "fx-graph", "big");
+    REQUIRE(first);
+    REQUIRE(second);
+    CHECK(second->value.shares_buffer_with(first->value));
+    CHECK(second->value.text() == std::string(4 << 20, 'z'));
+}
+
+TEST_CASE("disk tier does not share values under the large-value size", "[store][disk]") {
     TempDir dir;
     Stats stats;
     DiskTier tier(dir.path(), options(), stats);
