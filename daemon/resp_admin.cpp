@@ -66,32 +66,34 @@ RespSession::Next RespSession::auth(Args args) {
     Writer reply(m_out.bytes(), m_version);
     if (args.size() != 2 && args.size() != 3) {
         wrong_arity("auth");
-        return Next::keep;
+    } else if (const auto refused = authenticate(args[1], args.back(), args.size() == 3)) {
+        reply.error(*refused);
+    } else {
+        reply.simple("OK");
     }
+    return Next::keep;
+}
+
+std::optional<std::string_view> RespSession::authenticate(std::string_view user,
+                                                          std::string_view given, bool user_named) {
     const auto& password = m_context.config.resp_password;
     if (password.empty()) {
-        if (args.size() == 3 && args[1] == "default") {
+        if (user_named && user == "default") {
             // As Redis's passwordless default user: any password is accepted,
             // so a URL that carries credentials still works.
             m_authenticated = true;
-            reply.simple("OK");
-            return Next::keep;
+            return std::nullopt;
         }
-        reply.error(args.size() == 2
-                        ? "ERR AUTH <password> called without any password configured for the "
-                          "default user. Are you sure your configuration is correct?"
-                        : "WRONGPASS invalid username-password pair or user is disabled.");
-        return Next::keep;
+        return user_named ? "WRONGPASS invalid username-password pair or user is disabled."
+                          : "ERR AUTH <password> called without any password configured for the "
+                            "default user. Are you sure your configuration is correct?";
     }
-    const bool user_ok = args.size() == 2 || args[1] == "default";
-    if (!user_ok || args.back() != password) {
+    if ((user_named && user != "default") || given != password) {
         m_context.stats.daemon().protocol_errors++;
-        reply.error("WRONGPASS invalid username-password pair or user is disabled.");
-        return Next::keep;
+        return "WRONGPASS invalid username-password pair or user is disabled.";
     }
     m_authenticated = true;
-    reply.simple("OK");
-    return Next::keep;
+    return std::nullopt;
 }
 
 RespSession::Next RespSession::hello(Args args) {
@@ -109,14 +111,12 @@ RespSession::Next RespSession::hello(Args args) {
     std::string name = m_name;
     for (; i < args.size(); ++i) {
         if (iequals(args[i], "AUTH") && i + 2 < args.size()) {
-            const auto auth_args = std::array{std::string_view("AUTH"), args[i + 1], args[i + 2]};
-            const auto before = m_out.bytes().size();
-            auth(auth_args);
-            if (!m_authenticated) {
-                // The AUTH error (or "no password configured") is the reply.
+            // A failed AUTH fails HELLO, even on a connection that had
+            // authenticated before (as in Redis).
+            if (const auto refused = authenticate(args[i + 1], args[i + 2], true)) {
+                Writer(m_out.bytes(), m_version).error(*refused);
                 return Next::keep;
             }
-            m_out.bytes().resize(before); // drop AUTH's +OK: HELLO answers instead
             i += 2;
         } else if (iequals(args[i], "SETNAME") && i + 1 < args.size()) {
             if (const auto refused = client_name_error(args[++i])) {

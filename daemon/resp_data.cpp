@@ -133,33 +133,46 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
         wrong_arity("set");
         co_return Next::keep;
     }
-    std::int64_t ttl_ms = 0;
+    // Options as Redis parses them: EX and PX exclude each other and
+    // KEEPTTL (the last EX or PX wins), NX excludes XX; the expire time is
+    // checked after the loop.
+    std::optional<std::string_view> expire;
+    bool expire_in_ms = false;
+    bool keepttl = false;
     bool nx = false;
     bool xx = false;
     for (std::size_t i = 3; i < args.size(); ++i) {
         const auto option = args[i]; // compared in place: it may be long
-        const bool ex = is_command(option, "EX");
-        if ((ex || is_command(option, "PX")) && i + 1 < args.size()) {
-            const auto amount = to_int(args[++i]);
-            if (!amount) {
-                reply.error("ERR value is not an integer or out of range");
-                co_return Next::keep;
-            }
-            if (*amount <= 0 || *amount > (std::int64_t(1) << 46)) {
-                reply.error("ERR invalid expire time in 'set' command");
-                co_return Next::keep;
-            }
-            ttl_ms = ex ? *amount * 1000 : *amount;
+        const bool has_next = i + 1 < args.size();
+        if (is_command(option, "EX") && has_next && !keepttl && !(expire && expire_in_ms)) {
+            expire = args[++i];
+            expire_in_ms = false;
+        } else if (is_command(option, "PX") && has_next && !keepttl && !(expire && !expire_in_ms)) {
+            expire = args[++i];
+            expire_in_ms = true;
         } else if (is_command(option, "NX") && !xx) {
             nx = true;
         } else if (is_command(option, "XX") && !nx) {
             xx = true;
-        } else if (is_command(option, "KEEPTTL") && ttl_ms == 0) {
-            // Entries are replaced whole; nothing to keep.
+        } else if (is_command(option, "KEEPTTL") && !expire) {
+            keepttl = true;
         } else {
             reply.error("ERR syntax error");
             co_return Next::keep;
         }
+    }
+    std::int64_t ttl_ms = 0;
+    if (expire) {
+        const auto amount = to_int(*expire);
+        if (!amount) {
+            reply.error("ERR value is not an integer or out of range");
+            co_return Next::keep;
+        }
+        if (*amount <= 0 || *amount > (std::int64_t(1) << 46)) {
+            reply.error("ERR invalid expire time in 'set' command");
+            co_return Next::keep;
+        }
+        ttl_ms = expire_in_ms ? *amount : *amount * 1000;
     }
     const auto mapped = map_key(args[1]);
     if (!mapped) {
@@ -178,12 +191,23 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     const auto mode = nx ? store::PutMode::only_if_absent : store::PutMode::overwrite;
     // A plain SET that cannot block is done right here.
     std::optional<tl::expected<store::PutOutcome, store::StoreError>> quick;
-    if (!xx) {
+    if (!xx && !keepttl) {
         quick = store.put_quick(mapped->ns, mapped->key, entry, mode);
     }
     if (!quick) {
         quick = co_await offload(*m_context.blocking, [&]() {
             using Result = tl::expected<store::PutOutcome, store::StoreError>;
+            if (keepttl) {
+                // The new value keeps the stored one's expiry time (none if
+                // there is no stored one), so it is not served longer.
+                auto stored = store.get(mapped->ns, mapped->key);
+                if (!stored) {
+                    return Result(tl::unexpected(stored.error()));
+                }
+                if (*stored) {
+                    entry.expires_ms = (*stored)->expires_ms;
+                }
+            }
             if (xx) {
                 auto exists = store.exists(mapped->ns, mapped->key);
                 if (!exists) {

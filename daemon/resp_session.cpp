@@ -162,12 +162,54 @@ awaitable<void> RespSession::run() {
     }
 }
 
+namespace {
+
+// A command and its number of arguments, the name included, as Redis's
+// command table gives it: n exactly, or -n for at least n.
+struct Arity {
+    std::string_view name;
+    int arity;
+};
+
+// What dispatch() serves (MULTI queues only these), then what execute() does.
+constexpr std::size_t k_dispatched = 16;
+constexpr std::array<Arity, 21> k_commands = {{
+    {"GET", 2},      {"SET", -3},    {"MGET", -2},  {"EXISTS", -2}, {"DEL", -2},    {"UNLINK", -2},
+    {"DBSIZE", 1},   {"PING", -1},   {"ECHO", 2},   {"SELECT", 2},  {"CLIENT", -2}, {"INFO", -1},
+    {"COMMAND", -1}, {"CONFIG", -2}, {"HELLO", -1}, {"AUTH", -2},   {"MULTI", 1},   {"EXEC", 1},
+    {"DISCARD", 1},  {"RESET", 1},   {"QUIT", -1},
+}};
+
+const Arity* find_command(std::string_view name) {
+    const auto it = std::find_if(k_commands.begin(), k_commands.end(),
+                                 [&](const Arity& command) { return command.name == name; });
+    return it == k_commands.end() ? nullptr : &*it;
+}
+
+bool arity_fits(const Arity& command, std::size_t count) {
+    return command.arity >= 0 ? count == std::size_t(command.arity)
+                              : count >= std::size_t(-command.arity);
+}
+
+} // namespace
+
 awaitable<RespSession::Next> RespSession::execute(Args args) {
     m_context.stats.daemon().requests++;
     // No command name is longer: a longer one is unknown, and is not copied.
     const auto name = upper(args[0].substr(0, k_max_command_name));
     Writer reply(m_out.bytes(), m_version);
 
+    // Checked first, as Redis does: a transaction with a malformed command
+    // is not run at all, not run in part.
+    if (const Arity* command = find_command(name);
+        command != nullptr && !arity_fits(*command, args.size())) {
+        std::string lower(command->name);
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](char c) { return static_cast<char>(c - 'A' + 'a'); });
+        wrong_arity(lower);
+        m_multi_failed = m_in_multi;
+        co_return Next::keep;
+    }
     if (name == "QUIT") {
         reply.simple("OK");
         co_return Next::close;
@@ -216,19 +258,10 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
     co_return co_await dispatch(name, args);
 }
 
-namespace {
-
-// What dispatch() serves; MULTI queues only these.
-constexpr std::array<std::string_view, 16> k_commands = {
-    "GET",  "SET",    "MGET",   "EXISTS", "DEL",     "UNLINK", "DBSIZE", "PING",
-    "ECHO", "SELECT", "CLIENT", "INFO",   "COMMAND", "CONFIG", "HELLO",  "AUTH",
-};
-
-} // namespace
-
 RespSession::Next RespSession::queue(const std::string& name, Args args) {
     Writer reply(m_out.bytes(), m_version);
-    if (std::find(k_commands.begin(), k_commands.end(), name) == k_commands.end()) {
+    const Arity* command = find_command(name);
+    if (command == nullptr || command >= k_commands.begin() + k_dispatched) {
         m_multi_failed = true;
         reply.error(proto::resp::unknown_command_message(args));
         return Next::keep;

@@ -74,6 +74,10 @@ private:
     // Connection and server commands (resp_admin.cpp).
     Next hello(Args args);
     Next auth(Args args);
+    // Checks a password (and user, when `user_named`), as AUTH and HELLO's
+    // AUTH option do: nullopt and authenticated, or the error to answer.
+    std::optional<std::string_view> authenticate(std::string_view user, std::string_view given,
+                                                 bool user_named);
     Next client(Args args);
     Next select(Args args);
     Next info(Args args);

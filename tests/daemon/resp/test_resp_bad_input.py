@@ -306,3 +306,62 @@ def test_multi_key_commands_share_the_worker_pool(make_daemon):
     for attacker in attackers:
         assert attacker.reply() == 0
     assert slowest < 0.6, f"a one-key EXISTS waited {slowest:.2f} s"
+
+
+def both(server):
+    """A fresh raw connection to pt2cached and one to the real redis-server."""
+    d, _, real = server
+    return [("pt2cached", RespConnection(d.socket)), ("redis-server", RespConnection(real.socket))]
+
+
+def test_a_transaction_with_a_malformed_command_runs_nothing_as_in_redis(server):
+    """MULTI queued a GET without its key and EXEC ran the rest of the
+    transaction; Redis refuses the command when it is queued and EXEC then
+    runs nothing (differential review)."""
+    for target, c in both(server):
+        key = "tx-arity-" + target
+        assert c.command("MULTI") == "OK"
+        assert c.command("GET") == RespError("ERR wrong number of arguments for 'get' command")
+        assert c.command("SET", key, "1") == "QUEUED"
+        exec_reply = c.command("EXEC")
+        assert isinstance(exec_reply, RespError) and str(exec_reply).startswith("EXECABORT"), \
+            (target, exec_reply)
+        assert c.command("GET", key) is None, target
+        # MULTI, EXEC, DISCARD and RESET take no arguments.
+        assert c.command("MULTI", "x") == RespError(
+            "ERR wrong number of arguments for 'multi' command"), target
+        assert c.command("EXEC") == RespError("ERR EXEC without MULTI"), target
+        assert c.command("DISCARD", "x") == RespError(
+            "ERR wrong number of arguments for 'discard' command"), target
+        c.close()
+
+
+def test_a_failed_hello_auth_fails_hello_on_an_authenticated_connection(server):
+    for target, c in both(server):
+        assert c.command("AUTH", "default", "anything") == "OK", target
+        reply = c.command("HELLO", "3", "AUTH", "someone", "wrong")
+        assert isinstance(reply, RespError) and str(reply).startswith("WRONGPASS"), (target, reply)
+        c.send(encode("GET", "no-such-key-hello"))
+        assert c.raw_reply_line() == b"$-1", target  # still RESP2
+        c.close()
+
+
+def test_set_options_and_keepttl_as_in_redis(server):
+    for target, c in both(server):
+        key = "keepttl-" + target
+        for options in (("KEEPTTL", "EX", "10"), ("EX", "10", "PX", "100"),
+                        ("PX", "100", "KEEPTTL"), ("NX", "XX")):
+            assert c.command("SET", key, "v", *options) == RespError("ERR syntax error"), \
+                (target, options)
+        assert c.command("SET", key, "v", "EX", "0", "EX", "1000") == "OK", target
+        # KEEPTTL keeps the stored value's expiry: the new value goes with it.
+        assert c.command("SET", key, "v", "PX", "300") == "OK", target
+        assert c.command("SET", key, "v2", "KEEPTTL") == "OK", target
+        assert c.command("GET", key) == b"v2", target
+        time.sleep(0.6)
+        assert c.command("GET", key) is None, target
+        # Without a stored value there is nothing to keep.
+        assert c.command("SET", key, "v3", "KEEPTTL") == "OK", target
+        time.sleep(0.1)
+        assert c.command("GET", key) == b"v3", target
+        c.close()
