@@ -222,6 +222,9 @@ NamespaceCounters& Stats::ns(std::string_view ns) {
     auto fresh = std::make_unique<NamespaceCounters>();
     std::string name(ns);
     std::unique_lock lock(m_mutex);
+    if (m_namespaces.size() >= k_max_namespaces && !m_namespaces.contains(name)) {
+        name = k_other_namespace;
+    }
     auto [it, inserted] = m_namespaces.try_emplace(std::move(name), std::move(fresh));
     return *it->second;
 }

@@ -190,3 +190,30 @@ TEST_CASE("threads record into their own shards, and reports add them up", "[lat
     CHECK(stats.latency().empty());
     CHECK(stats.request_counts().empty());
 }
+
+TEST_CASE("namespaces past the limit share one row", "[latency]") {
+    using pt2cache::daemon::store::LatencyOp;
+    using pt2cache::daemon::store::LatencyTier;
+    using pt2cache::daemon::store::RequestResult;
+    using pt2cache::daemon::store::Stats;
+    Stats stats;
+    for (std::size_t i = 0; i < Stats::k_max_namespaces + 50; ++i) {
+        stats.ns("ns" + std::to_string(i))
+            .record(LatencyOp::get, LatencyTier::none, RequestResult::miss, 1000);
+    }
+    const auto counts = stats.request_counts();
+    CHECK(counts.size() == Stats::k_max_namespaces + 1);
+    std::uint64_t total = 0;
+    std::uint64_t other = 0;
+    for (const auto& count : counts) {
+        total += count.count;
+        if (count.ns == Stats::k_other_namespace) {
+            other = count.count;
+        }
+    }
+    CHECK(total == Stats::k_max_namespaces + 50);
+    CHECK(other == 50);
+    // A namespace counted before the limit keeps its own row.
+    CHECK(&stats.ns("ns0") != &stats.ns(Stats::k_other_namespace));
+    CHECK(&stats.ns("ns9999") == &stats.ns(Stats::k_other_namespace));
+}
