@@ -56,6 +56,7 @@ Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     , m_executor(m_socket.get_executor())
     , m_deferred_replies(&asio::use_service<DeferredReplies>(m_executor.context()))
     , m_writer_event(m_executor, std::chrono::steady_clock::time_point::max())
+    , m_stall_timer(m_executor)
     , m_context(context)
     , m_id(id)
     , m_lease(context.inflight) {
@@ -213,8 +214,12 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
                                m_input.capacity(), k_inflight_patience.count() / 1000);
         co_return false;
     }
-    const auto n =
-        co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+    std::size_t n = 0;
+    if (m_lease.bytes() == 0) {
+        n = co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+    } else {
+        n = co_await read_some_watched(space, ec);
+    }
     if (ec || n == 0) {
         co_return false;
     }
@@ -223,11 +228,41 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     co_return true;
 }
 
+awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
+                                                     boost::system::error_code& ec) {
+    const std::uint64_t generation = ++m_stall_generation;
+    m_stall_timer.expires_after(k_inflight_patience);
+    m_stall_timer.async_wait(
+        [this, self = shared_from_this(), generation](const boost::system::error_code& waited) {
+            if (waited || generation != m_stall_generation) {
+                return; // the read ended first
+            }
+            m_context.stats.daemon().stalled_requests++;
+            logger("session").warn("[{}] nothing received for {} s in the middle of a request "
+                                   "holding {} bytes of daemon.max_inflight_bytes; closing",
+                                   m_id, k_inflight_patience.count() / 1000, m_lease.bytes());
+            ::shutdown(m_socket.native_handle(), SHUT_RD);
+        });
+    const auto n =
+        co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+    ++m_stall_generation;
+    m_stall_timer.cancel();
+    co_return n;
+}
+
 awaitable<bool> Connection::read_exact(std::span<std::byte> out) {
+    // Read by parts, each watched: a large body holds its lease meanwhile.
     boost::system::error_code ec;
-    co_await asio::async_read(m_socket, asio::buffer(out.data(), out.size()),
-                              asio::redirect_error(use_awaitable, ec));
-    co_return !ec;
+    std::size_t filled = 0;
+    while (filled < out.size()) {
+        const auto n =
+            co_await read_some_watched(asio::buffer(out.data() + filled, out.size() - filled), ec);
+        if (ec || n == 0) {
+            co_return false;
+        }
+        filled += n;
+    }
+    co_return true;
 }
 
 awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint, std::size_t requests) {

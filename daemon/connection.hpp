@@ -58,7 +58,8 @@ public:
     // The in-flight budget this connection holds (its input buffer beyond
     // the base size, and large bodies being received).
     InflightLease& lease() { return m_lease; }
-    // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error.
+    // Reads exactly `out.size()` bytes, bypassing input(). False on EOF/error,
+    // and when the client stalls (see read_some_watched).
     awaitable<bool> read_exact(std::span<std::byte> out);
     // Ends a batch of `requests` requests: sends the replies (see send();
     // send_later() for a pipeline), then reads more requests (at least one
@@ -102,6 +103,15 @@ private:
     std::uint64_t input_beyond_base() const;
     // Grows the lease to the input buffer's capacity, waiting for room.
     awaitable<bool> lease_input();
+    // A read for a request that holds part of the in-flight budget: when
+    // nothing arrives for k_inflight_patience (as long as another request
+    // waits for room before it is refused), the client is taken to have
+    // stalled halfway: its reading side is shut down, so the read ends as at
+    // end-of-file, and it is counted (stalled_requests). Otherwise a client
+    // stopped in the middle of large requests would keep everyone else's
+    // large requests refused for good.
+    awaitable<std::size_t> read_some_watched(asio::mutable_buffer space,
+                                             boost::system::error_code& ec);
     // Shrinks the lease to the input buffer's capacity, before a wait for
     // the client to read.
     void release_input_lease();
@@ -135,6 +145,10 @@ private:
     bool m_write_failed = false;
     // Never expires: the writer cancels it to wake the session.
     asio::steady_timer m_writer_event;
+    // read_some_watched's deadline; a wait that ends after the read did
+    // (another generation) does nothing.
+    asio::steady_timer m_stall_timer;
+    std::uint64_t m_stall_generation = 0;
     Context& m_context;
     std::uint64_t m_id;
     ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};

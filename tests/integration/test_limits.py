@@ -268,6 +268,63 @@ def test_inflight_budget_refuses_after_waiting(make_daemon):
     healthy.ping(b"still healthy")
 
 
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the daemon closes `sock` (end-of-file or reset) within `seconds`."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
+    """A client that stopped in the middle of large requests held their
+    budget for good, and every other large request was refused after waiting
+    (helper review). Holding budget, it is now closed once nothing has arrived
+    for as long as a request waits for room (10 s): native and RESP alike."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
+    healthy = NativeClient(d.socket)
+    native = socket.socket(socket.AF_UNIX)
+    native.connect(str(d.socket))
+    native.sendall(HEADER.pack(MAGIC, OP["put"], 0, 1, PUT_OVERHEAD + (4 << 20)) +
+                   key_body("pgo", b"stalled") + b"\0" * 8 + os.urandom(2 << 20))
+    resp = socket.socket(socket.AF_UNIX)
+    resp.connect(str(d.socket))
+    resp.sendall(b"*3\r\n$3\r\nSET\r\n$7\r\nstalled\r\n$%d\r\n" % (4 << 20) +
+                 os.urandom(2 << 20))
+    wait_for(lambda: healthy.stats()["daemon"]["inflight_bytes"] >= 4 << 20, timeout=5,
+             what="both stalled requests to hold budget")
+    started = time.monotonic()
+    assert closed_within(native, 20) and closed_within(resp, 20)
+    assert 9 < time.monotonic() - started < 20
+    stats = healthy.stats()["daemon"]
+    assert stats["stalled_requests"] == 2
+    assert stats["inflight_bytes"] == 0
+    value = os.urandom(6 << 20)  # needs most of the budget
+    assert healthy.put("pgo", b"after", value) == STATUS["ok"]
+    assert healthy.get("pgo", b"after") == (STATUS["ok"], value)
+    native.close()
+    resp.close()
+
+
+def test_a_slow_large_request_that_keeps_arriving_is_served(make_daemon):
+    d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
+    value = os.urandom(3 << 20)
+    data = frame(OP["put"], put_body("pgo", b"slow", value), rid=3)
+    writer = NativeClient(d.socket, timeout=30)
+    step = len(data) // 7
+    for i in range(0, len(data), step):  # 14 s in all: longer than the stall limit
+        writer.sock.sendall(data[i:i + step])
+        time.sleep(2)
+    assert writer.reply() == (OP["put"], STATUS["ok"], 3, b"")
+    assert writer.get("pgo", b"slow") == (STATUS["ok"], value)
+    assert writer.stats()["daemon"]["stalled_requests"] == 0
+
+
 # ------------------------------------------------------- connection limits
 
 
