@@ -181,7 +181,8 @@ std::uint64_t Connection::input_beyond_base() const {
 
 void Connection::release_input_lease() {
     // A client that never reads its replies must not keep the budget its
-    // last large request took (the buffer shrank when it was consumed).
+    // last large request took.
+    m_input.shrink_to_content();
     if (const auto beyond_base = input_beyond_base(); beyond_base < m_lease.bytes()) {
         m_lease.resize_down(beyond_base);
     }

@@ -3,6 +3,7 @@
 // gathered write from `OutputBatch` (large values are referenced, not copied).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -42,6 +43,21 @@ public:
                 m_bytes.shrink_to_fit();
             }
         }
+    }
+
+    // Moves what is still to be read to the front and gives back the
+    // capacity beyond it (at least what every connection keeps): before a
+    // wait for the client to read, a large request already consumed must not
+    // keep its memory because the next one has begun to arrive behind it.
+    void shrink_to_content() {
+        if (m_bytes.size() <= k_keep || size() > m_bytes.size() / 2) {
+            return;
+        }
+        std::memmove(m_bytes.data(), m_bytes.data() + m_begin, size());
+        m_end = size();
+        m_begin = 0;
+        m_bytes.resize(std::max(m_end, k_keep));
+        m_bytes.shrink_to_fit();
     }
 
     // Room for at least `count` more bytes at the end, compacting or growing.

@@ -23,6 +23,9 @@ using proto::resp::Writer;
 // What a command may hold beyond its value (command name, key, options).
 constexpr std::uint64_t k_command_slack = 1 << 20;
 
+// The longest PING or ECHO message echoed back, as for a native PING.
+constexpr std::size_t k_max_echo = proto::k_max_ping;
+
 // Longer than every command's name.
 constexpr std::size_t k_max_command_name = 16;
 
@@ -347,19 +350,16 @@ awaitable<RespSession::Next> RespSession::dispatch(const std::string& name, Args
     if (name == "DBSIZE") {
         co_return co_await dbsize(args);
     }
-    if (name == "PING") {
-        if (args.size() > 2) {
-            wrong_arity("ping");
-        } else if (args.size() == 2) {
-            reply.bulk(args[1]);
-        } else {
+    if (name == "PING" || name == "ECHO") {
+        if (args.size() > 2 || (name == "ECHO" && args.size() != 2)) {
+            wrong_arity(name == "PING" ? "ping" : "echo");
+        } else if (args.size() == 1) {
             reply.simple("PONG");
-        }
-        co_return Next::keep;
-    }
-    if (name == "ECHO") {
-        if (args.size() != 2) {
-            wrong_arity("echo");
+        } else if (args[1].size() > k_max_echo) {
+            // The reply is a copy, outside daemon.max_inflight_bytes: a client
+            // that never reads could make the daemon hold one per connection.
+            reply.error(fmt::format("ERR {} message longer than {} bytes (the native PING's limit)",
+                                    name, k_max_echo));
         } else {
             reply.bulk(args[1]);
         }

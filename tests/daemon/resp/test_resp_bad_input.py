@@ -225,15 +225,16 @@ def test_client_names_are_checked_as_redis_does(server):
 
 
 def test_a_client_that_never_reads_gives_its_input_budget_back(make_daemon):
-    """A 30 MB ECHO whose reply is never read kept its 30 MB of
+    """A 30 MB request whose replies are never read kept its 30 MB of
     max_inflight_bytes while the daemon waited for the client to read, and
-    another client's 40 MB SET was refused after 10 s (helper review)."""
+    another client's 40 MB SET was refused after 10 s (helper review; then
+    with a 30 MB ECHO, which is now refused: see the test below)."""
     d = make_daemon("--set", "daemon.max_inflight_bytes=64MiB")
     idle = socket.socket(socket.AF_UNIX)
     idle.connect(str(d.socket))
     idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     payload = b"e" * 30_000_000
-    idle.sendall(b"*2\r\n$4\r\nECHO\r\n$%d\r\n" % len(payload) + payload + b"\r\n")
+    idle.sendall(encode("SET", "idle-big", payload) + encode("GET", "idle-big") * 2)
     healthy = redis.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
     wait_for(lambda: healthy.execute_command("DBSIZE") is not None
              and d.stats()["daemon"]["inflight_bytes"] < 1_000_000,
@@ -282,6 +283,22 @@ def test_long_arguments_are_neither_copied_nor_quoted_whole(server):
         assert len(str(reply)) < 300
     assert c.command("SET", "k", "v", "px", "100") == "OK"
     assert c.command("SET", "k", "v", "Ex", "100", "nX") is None  # not stored: k exists
+    c.close()
+
+
+def test_echo_and_ping_messages_over_64_kib_are_refused(server):
+    """The reply is a copy outside max_inflight_bytes: 100 connections that
+    each sent three 8 MB ECHOs and never read held 2.4 GB (helper review)."""
+    d, _, _ = server
+    c = RespConnection(d.socket)
+    limit = 64 << 10
+    assert c.command("ECHO", "e" * limit) == b"e" * limit
+    assert c.command("PING", "p" * limit) == b"p" * limit
+    for command in ("ECHO", "PING"):
+        reply = c.command(command, "x" * (limit + 1))
+        assert reply == RespError(
+            f"ERR {command} message longer than {limit} bytes (the native PING's limit)")
+    assert c.command("PING") == "PONG"
     c.close()
 
 
