@@ -45,7 +45,8 @@ awaitable<void> serve_resp(Connection& connection) {
 RespSession::RespSession(Connection& connection)
     : m_connection(connection)
     , m_context(connection.context())
-    , m_latency(m_context.stats) {}
+    , m_latency(m_context.stats)
+    , m_queue_lease(m_context.inflight) {}
 
 awaitable<void> RespSession::run() {
     auto& input = m_connection.input();
@@ -251,28 +252,29 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
             m_multi_failed = false;
             m_queued.clear();
             m_queued_bytes = 0;
+            m_queue_lease.resize_down(0);
             reply.simple("OK");
         }
         co_return Next::keep;
     }
     if (m_in_multi) {
-        co_return queue(name, args);
+        co_return co_await queue(name, args);
     }
     co_return co_await dispatch(name, args);
 }
 
-RespSession::Next RespSession::queue(const std::string& name, Args args) {
+awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args args) {
     Writer reply(m_out.bytes(), m_version);
     const Arity* command = find_command(name);
     if (command == nullptr || command >= k_commands.begin() + k_dispatched) {
         m_multi_failed = true;
         reply.error(proto::resp::unknown_command_message(args));
-        return Next::keep;
+        co_return Next::keep;
     }
     // A SET that EXEC would refuse closes the connection now, before EXEC's
     // array has begun: a client then sees no reply, not a reply cut short.
     if (name == "SET" && args.size() >= 3 && !map_key(args[1])) {
-        return refuse("SET", unstorable_key(args[1]));
+        co_return refuse("SET", unstorable_key(args[1]));
     }
     // The copies are held until EXEC: no more than one command may hold
     // (max_value_size and a little more), or every connection in a
@@ -285,12 +287,21 @@ RespSession::Next RespSession::queue(const std::string& name, Args args) {
         m_context.stats.daemon().protocol_errors++;
         reply.error(fmt::format("ERR MULTI transaction longer than max_value_size + {} bytes",
                                 k_command_slack));
-        return Next::close;
+        co_return Next::close;
+    }
+    // The copies are request bytes held until EXEC: from the daemon's
+    // in-flight budget, as a long command's input is (100 connections each
+    // holding an 8 MB SET in MULTI held 836 MB outside it).
+    const bool granted =
+        co_await m_queue_lease.grow_to(m_queued_bytes + bytes, k_inflight_patience);
+    if (!granted) {
+        m_context.stats.daemon().inflight_refused++;
+        co_return refuse("MULTI", "no room in daemon.max_inflight_bytes for the queued commands");
     }
     m_queued_bytes += bytes;
     m_queued.emplace_back(args.begin(), args.end());
     reply.simple("QUEUED");
-    return Next::keep;
+    co_return Next::keep;
 }
 
 awaitable<RespSession::Next> RespSession::exec() {
@@ -303,6 +314,11 @@ awaitable<RespSession::Next> RespSession::exec() {
     const bool failed = m_multi_failed;
     m_queued.clear();
     m_queued_bytes = 0;
+    // The copies go with this coroutine's frame, the lease with them.
+    struct Release {
+        InflightLease& lease;
+        ~Release() { lease.resize_down(0); }
+    } release{m_queue_lease};
     m_in_multi = false;
     m_multi_failed = false;
     if (failed) {

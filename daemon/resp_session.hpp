@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/asio.hpp"
+#include "daemon/inflight_budget.hpp"
 #include "daemon/io_buffers.hpp"
 #include "daemon/latency_recorder.hpp"
 #include "daemon/store/tier.hpp"
@@ -58,7 +59,7 @@ private:
     awaitable<Next> dispatch(const std::string& name, Args args);
     // MULTI, EXEC, DISCARD; queueing inside a transaction.
     awaitable<Next> exec();
-    Next queue(const std::string& name, Args args);
+    awaitable<Next> queue(const std::string& name, Args args);
 
     // Data commands (resp_data.cpp, with quick, defer_set and flush_sets).
     awaitable<Next> get(Args args);
@@ -116,6 +117,7 @@ private:
     bool m_multi_failed = false;
     std::vector<std::vector<std::string>> m_queued;
     std::uint64_t m_queued_bytes = 0; // their arguments
+    InflightLease m_queue_lease;      // the same bytes, from the in-flight budget
 };
 
 } // namespace pt2cache::daemon

@@ -207,6 +207,40 @@ def test_a_transaction_holds_no_more_than_one_command_may(make_daemon):
         assert pipe.set("a", b"1").get("a").execute() == [True, b"1"]
 
 
+def test_queued_transactions_take_from_the_in_flight_budget(make_daemon):
+    """Each connection may queue max_value_size + 1 MiB in MULTI; 100 of them
+    held 836 MB outside max_inflight_bytes (helper review). The queued copies
+    now take from it, and a transaction that finds no room waits for it."""
+    # While a SET is queued its input buffer still holds it too (6 MiB): two
+    # queued 6 MiB SETs and a third one's input fit 20 MiB, a third copy not.
+    d = make_daemon("--set", "daemon.max_inflight_bytes=20MiB",
+                    "--set", "daemon.max_value_size=8MiB")
+    value = b"q" * (6 << 20)
+    held = []
+    for name in ("a", "b"):
+        c = RespConnection(d.socket)
+        assert c.command("MULTI") == "OK"
+        assert c.command("SET", "tx-" + name, value) == "QUEUED"
+        held.append(c)
+    assert d.stats()["daemon"]["inflight_bytes"] >= 12 << 20
+    waiting = RespConnection(d.socket)
+    assert waiting.command("MULTI") == "OK"
+    waiting.send(encode("SET", "tx-c", value))
+    waiting.sock.settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        waiting.reply()  # no room: QUEUED waits
+    assert held[0].command("EXEC") == ["OK"]  # gives its share back
+    waiting.sock.settimeout(10)
+    assert waiting.reply() == "QUEUED"
+    assert held[1].command("DISCARD") == "OK"
+    assert waiting.command("EXEC") == ["OK"]
+    wait_for(lambda: d.stats()["daemon"]["inflight_bytes"] == 0, timeout=5,
+             what="every lease to be given back")
+    assert d.stats()["daemon"]["inflight_refused"] == 0
+    for c in held + [waiting]:
+        c.close()
+
+
 def test_client_names_are_checked_as_redis_does(server):
     d, _, real = server
     for target in (d.socket, real.socket):
