@@ -56,12 +56,15 @@ awaitable<void> RespSession::run() {
     std::size_t parse_at = 1;
     // Requests read since the last batch of replies went out.
     std::size_t requests = 0;
+    // Where the parse of a command that has arrived in part was left.
+    proto::resp::Resume resume;
     for (;;) {
         while (input.size() >= parse_at) {
             const auto max_value = m_context.max_value.load();
             const proto::resp::Limits limits{std::max(proto::resp::k_max_bulk, max_value),
                                              max_value};
-            auto result = proto::resp::parse_command(input.readable(), limits, std::move(m_args));
+            auto result =
+                proto::resp::parse_command(input.readable(), limits, std::move(m_args), &resume);
             if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {
                 // One command may hold a value and a little more; anything
                 // longer is not a command this front door serves.

@@ -107,10 +107,50 @@ ParseResult parse_inline(std::string_view text) {
     return command;
 }
 
+// The arguments a previous parse checked (see Resume), found again from
+// `pos` (just after the count line) into `args`: how many, or 0 (and `args`
+// left empty) when `text` does not hold them as `resume` says.
+std::int64_t find_arguments(std::string_view text, std::size_t pos, const Resume& resume,
+                            std::vector<std::string_view>& args) {
+    for (std::int64_t i = 0; i < resume.next; ++i) {
+        std::int64_t length = 0;
+        std::size_t eol = 0;
+        if (pos >= text.size() || text[pos] != '$') {
+            args.clear();
+            return 0;
+        }
+        if (!quick_line_int(text, pos + 1, length, eol)) {
+            eol = find_crlf(text, pos);
+            if (eol == std::string_view::npos ||
+                !parse_int(text.substr(pos + 1, eol - pos - 1), length) || length < 0) {
+                args.clear();
+                return 0;
+            }
+        }
+        pos = eol + 2;
+        if (text.size() - std::min(text.size(), pos) < std::size_t(length) + 2) {
+            args.clear();
+            return 0;
+        }
+        args.push_back(text.substr(pos, std::size_t(length)));
+        pos += std::size_t(length) + 2;
+    }
+    if (pos != resume.pos) {
+        args.clear();
+        return 0;
+    }
+    return resume.next;
+}
+
 } // namespace
 
 ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits,
-                          std::vector<std::string_view> reuse) {
+                          std::vector<std::string_view> reuse, Resume* resume) {
+    Resume resume_from;
+    if (resume != nullptr) {
+        resume_from = *resume;
+        *resume = {}; // unless this parse ends wanting more, below
+    }
     const std::string_view text = as_text(bytes);
     if (text.empty()) {
         return NeedMore{};
@@ -151,11 +191,28 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
     // missing argument takes at least 6 bytes), so that the caller parses
     // again only once that much has arrived: a command of a million
     // arguments arriving in pieces costs a few parses, not one per read.
+    // Argument `current`, which begins at `arg_start`, is the first not yet
+    // whole: where a later parse resumes.
+    std::int64_t current = 0;
+    std::size_t arg_start = pos;
     const auto still_needed = [&](std::int64_t from, std::size_t at_least) {
+        if (resume != nullptr) {
+            *resume = Resume{count, current, arg_start};
+        }
         const auto rest = static_cast<std::size_t>(count - from);
         return NeedMore{std::max<std::size_t>(1, at_least + rest * 6)};
     };
-    for (std::int64_t i = 0; i < count; ++i) {
+    const std::size_t first_arg = pos;
+    if (resume_from.count == count && resume_from.next > 0 && resume_from.pos <= text.size()) {
+        // Skip what a previous parse checked; its arguments are found again
+        // once, when the command is whole.
+        current = resume_from.next;
+        pos = resume_from.pos;
+    }
+    const std::int64_t resumed_at = current;
+    for (std::int64_t i = current; i < count; ++i) {
+        current = i;
+        arg_start = pos;
         if (pos >= text.size()) {
             return still_needed(i, 0);
         }
@@ -194,6 +251,15 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         }
         command.args.push_back(text.substr(pos, length));
         pos = need;
+    }
+    if (resumed_at > 0) {
+        std::vector<std::string_view> earlier;
+        if (find_arguments(text, first_arg, resume_from, earlier) != resumed_at) {
+            // Not the command the state was left by (a caller's mistake):
+            // parsed from its start instead.
+            return parse_command(bytes, limits, std::move(command.args), nullptr);
+        }
+        command.args.insert(command.args.begin(), earlier.begin(), earlier.end());
     }
     command.consumed = pos;
     return command;

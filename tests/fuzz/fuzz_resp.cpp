@@ -4,7 +4,8 @@
 // lie inside what it consumed; re-encoded as a multibulk it parses to the
 // same arguments and consumes exactly that encoding; the outcome does not
 // depend on how the bytes were split (every prefix is "need more" or the
-// same outcome, and "need more" never asks past the end of the command); a
+// same outcome, and "need more" never asks past the end of the command), nor
+// on whether each parse resumes where the one before was left (Resume); a
 // small max_value turns exactly the first oversized argument into TooLarge.
 #include <algorithm>
 #include <cstddef>
@@ -91,6 +92,19 @@ void check_prefixes(Bytes input, const ParseResult& whole, const Limits& limits)
         FUZZ_CHECK(!std::holds_alternative<Command>(partial));
         FUZZ_CHECK(same_outcome(partial, whole));
     }
+    // The same prefixes in turn, each parse resuming where the last one was
+    // left, end in the same outcome as one parse of the whole.
+    Resume resume;
+    for (const auto cut : cuts) {
+        const auto partial = parse_command(input.first(cut), limits, {}, &resume);
+        if (!std::holds_alternative<NeedMore>(partial)) {
+            FUZZ_CHECK(same_outcome(partial, whole));
+            return;
+        }
+        FUZZ_CHECK(resume.pos <= cut);
+    }
+    FUZZ_CHECK(same_outcome(parse_command(input, limits, {}, &resume), whole));
+    FUZZ_CHECK(resume.count == 0 || std::holds_alternative<NeedMore>(whole));
 }
 
 } // namespace

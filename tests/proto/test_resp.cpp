@@ -195,6 +195,48 @@ TEST_CASE("a line reply cannot be split by the text it quotes", "[proto][resp]")
     CHECK(written([](Writer& w) { w.bulk("a\r\nb"); }) == "$4\r\na\r\nb\r\n");
 }
 
+TEST_CASE("a command parsed in pieces resumes where it was left", "[proto][resp]") {
+    std::string whole = "*1001\r\n$4\r\nMGET\r\n";
+    for (int i = 0; i < 1000; ++i) {
+        const std::string key = "key:" + std::to_string(i * 7919);
+        whole += "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+    }
+    whole += "*1\r\n$4\r\nPING\r\n"; // the next command, not part of this one
+    const auto expected = parse(whole);
+    REQUIRE(std::holds_alternative<Command>(expected));
+    const Limits limits;
+    Resume resume;
+    std::size_t resumed = 0;
+    for (std::size_t cut = 1; cut < std::get<Command>(expected).consumed; cut += 997) {
+        const auto partial = parse_command(as_bytes(whole.substr(0, cut)), limits, {}, &resume);
+        REQUIRE(std::holds_alternative<NeedMore>(partial));
+        resumed += resume.next > 0 ? 1 : 0;
+    }
+    CHECK(resumed > 10);
+    const auto got = parse_command(as_bytes(whole), limits, {}, &resume);
+    REQUIRE(std::holds_alternative<Command>(got));
+    CHECK(std::get<Command>(got).args == std::get<Command>(expected).args);
+    CHECK(std::get<Command>(got).consumed == std::get<Command>(expected).consumed);
+    CHECK(resume.count == 0); // reset by the whole command
+
+    SECTION("a state left by another command is not trusted") {
+        Resume stale{1001, 500, 7};
+        const auto again = parse_command(as_bytes(whole), limits, {}, &stale);
+        REQUIRE(std::holds_alternative<Command>(again));
+        CHECK(std::get<Command>(again).args == std::get<Command>(expected).args);
+    }
+    SECTION("an argument over max_value after a resume is TooLarge at its own index") {
+        Limits small;
+        small.max_value = 4; // "MGET" fits; the keys do not
+        Resume fresh;
+        const auto first = parse_command(as_bytes(whole.substr(0, 20)), small, {}, &fresh);
+        REQUIRE(std::holds_alternative<NeedMore>(first));
+        const auto large = parse_command(as_bytes(whole), small, {}, &fresh);
+        REQUIRE(std::holds_alternative<TooLarge>(large));
+        CHECK(std::get<TooLarge>(large).index == 1);
+    }
+}
+
 TEST_CASE("unknown command wording", "[proto][resp]") {
     std::vector<std::string_view> args{"FOO", "a", "b"};
     CHECK(unknown_command_message(args) ==
