@@ -63,8 +63,9 @@ public:
     // True when both views share one buffer (used by tests of zero-copy hits).
     bool shares_buffer_with(const Blob& other) const { return m_owner == other.m_owner; }
 
-    // A reference that does not keep the buffer alive: lock() gives the Blob
-    // back while some copy of it still does.
+    // A reference that lock() turns back into the Blob while some copy of it
+    // still lives. It keeps the reference counts allocated, and the bytes too
+    // when they share that allocation (make_shared): see BlobBuilder.
     struct Weak {
         std::weak_ptr<const void> owner;
         std::span<const std::byte> view;
@@ -85,11 +86,14 @@ private:
 
 // A new buffer of `size` bytes, not zeroed, to be filled and then shared as a
 // Blob: a disk read or a decompression writes every byte anyway, and zeroing
-// a 1 MiB value first cost about a tenth of serving it.
+// a 1 MiB value first cost about a tenth of serving it. The bytes are an
+// allocation of their own, not one with the reference counts (as
+// make_shared's): a Blob::Weak of a value read from disk (SharedReads) must
+// not keep its bytes allocated once the last Blob is gone.
 class BlobBuilder {
 public:
     explicit BlobBuilder(std::size_t size)
-        : m_owner(std::make_shared_for_overwrite<std::byte[]>(size))
+        : m_owner(new std::byte[size])
         , m_size(size) {}
 
     std::span<std::byte> bytes() { return {m_owner.get(), m_size}; }

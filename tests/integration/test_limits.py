@@ -311,6 +311,25 @@ def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
     resp.close()
 
 
+def test_large_values_read_from_disk_are_freed_with_their_replies(make_daemon):
+    """Disk reads of large values are remembered (weak references) so that
+    concurrent reads of one file share them; the bytes shared an allocation
+    with the reference counts, so each value read stayed allocated after its
+    reply: 60 values of 4 MiB read once took the daemon from 42 to 289 MB
+    (review). Freed, each read reuses the memory of the one before."""
+    d = make_daemon("--set", "memory.max_size=8MiB", "--set", "disk.write_mode=sync")
+    c = NativeClient(d.socket)
+    values = [os.urandom(2 << 20) for _ in range(4)]
+    for i in range(60):
+        assert c.put("fx-graph", b"big%d" % i, values[i % 4]) == STATUS["ok"]
+    assert c.get("fx-graph", b"big0") == (STATUS["ok"], values[0])  # warm the allocator
+    before = vm_rss_kib(d.proc.pid)
+    for i in range(1, 60):
+        assert c.get("fx-graph", b"big%d" % i) == (STATUS["ok"], values[i % 4])
+    grown_mib = (vm_rss_kib(d.proc.pid) - before) / 1024
+    assert grown_mib < 40, f"59 reads of 2 MiB values left {grown_mib:.0f} MiB allocated"
+
+
 def test_a_slow_large_request_that_keeps_arriving_is_served(make_daemon):
     d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
     value = os.urandom(3 << 20)

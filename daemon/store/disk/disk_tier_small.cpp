@@ -231,6 +231,24 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
         m_small->set_aside(generation,
                            fmt::format("small entry {}/{} is broken: {}", ns, id.hex(), reason));
     };
+    const auto touch_entry = [&] {
+        if (touch) {
+            m_index.record(ns, id, small_charge(stored.size()), true);
+            note_touch(ns, id);
+        }
+    };
+    // A large value stored compressed (a few KiB here) that a reply still
+    // holds is shared, as an entry file's is (see load_file).
+    const auto header = decode_header(stored.bytes());
+    const bool large = header && header->value_size >= SharedReads::k_min_value_size &&
+                       stored.size() >= k_entry_trailer_size;
+    const auto checksum = large ? trailer_checksum(stored.bytes().last<k_entry_trailer_size>()) : 0;
+    if (large && header->ns == ns && header->key == key && !header->expired(now_ms())) {
+        if (auto held = m_shared_reads.find(id, stored.size(), checksum)) {
+            touch_entry();
+            return Entry{std::move(*held), header->created_ms, header->expires_ms};
+        }
+    }
     auto decoded = decode(stored);
     if (!decoded) {
         discard(decoded.error());
@@ -247,10 +265,11 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
         }
         return std::nullopt;
     }
-    if (touch) {
-        m_index.record(ns, id, small_charge(stored.size()), true);
-        note_touch(ns, id);
+    if (large) {
+        // decode() verified that checksum over these bytes.
+        m_shared_reads.remember(id, stored.size(), checksum, decoded->entry.value);
     }
+    touch_entry();
     return std::move(decoded->entry);
 }
 

@@ -6,7 +6,8 @@
 // 100 copies of it at once. A read of an entry file whose value some reply
 // still holds now shares that value.
 //
-// Nothing is kept alive here (weak references only), and nothing needs to
+// Nothing is kept alive here (weak references to values read into a
+// BlobBuilder, whose bytes are freed with the last Blob), and nothing needs to
 // be invalidated: a value is shared only with a read of a file of the same
 // size whose trailer checksum (XXH3-64 of every byte of the file) is the
 // same, that is, a file holding the same bytes. The file's header was
