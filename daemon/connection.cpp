@@ -216,7 +216,8 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
         co_return false;
     }
     std::size_t n = 0;
-    if (m_lease.bytes() == 0) {
+    if (m_lease.bytes() == 0 && m_session_held == 0) {
+        m_stall_deadline = std::chrono::steady_clock::time_point::max();
         n = co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
     } else {
         n = co_await read_some_watched(space, ec);
@@ -231,23 +232,34 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
 
 awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
                                                      boost::system::error_code& ec) {
+    const auto now = std::chrono::steady_clock::now();
+    if (m_stall_deadline == std::chrono::steady_clock::time_point::max()) {
+        m_stall_deadline = now + k_inflight_patience;
+        m_stall_progress = 0;
+    }
     const std::uint64_t generation = ++m_stall_generation;
-    m_stall_timer.expires_after(k_inflight_patience);
+    m_stall_timer.expires_at(m_stall_deadline);
     m_stall_timer.async_wait(
         [this, self = shared_from_this(), generation](const boost::system::error_code& waited) {
             if (waited || generation != m_stall_generation) {
                 return; // the read ended first
             }
             m_context.stats.daemon().stalled_requests++;
-            logger("session").warn("[{}] nothing received for {} s in the middle of a request "
-                                   "holding {} bytes of daemon.max_inflight_bytes; closing",
-                                   m_id, k_inflight_patience.count() / 1000, m_lease.bytes());
+            logger("session").warn("[{}] less than {} bytes received in {} s while holding {} "
+                                   "bytes of daemon.max_inflight_bytes; closing",
+                                   m_id, k_stall_progress, k_inflight_patience.count() / 1000,
+                                   m_lease.bytes() + m_session_held);
             ::shutdown(m_socket.native_handle(), SHUT_RD);
         });
     const auto n =
         co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
     ++m_stall_generation;
     m_stall_timer.cancel();
+    m_stall_progress += n;
+    if (m_stall_progress >= k_stall_progress) {
+        m_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
+        m_stall_progress = 0;
+    }
     co_return n;
 }
 

@@ -46,6 +46,9 @@ public:
 
     // Makes a pending read see end-of-file; replies in flight still go out.
     void shutdown_read();
+    // The in-flight budget the session holds between requests (commands
+    // queued by MULTI): reads are watched for stalls while it is not 0.
+    void hold_for_session(std::uint64_t bytes) { m_session_held = bytes; }
 
     std::uint64_t id() const { return m_id; }
     Context& context() { return m_context; }
@@ -103,13 +106,14 @@ private:
     std::uint64_t input_beyond_base() const;
     // Grows the lease to the input buffer's capacity, waiting for room.
     awaitable<bool> lease_input();
-    // A read for a request that holds part of the in-flight budget: when
-    // nothing arrives for k_inflight_patience (as long as another request
-    // waits for room before it is refused), the client is taken to have
-    // stalled halfway: its reading side is shut down, so the read ends as at
-    // end-of-file, and it is counted (stalled_requests). Otherwise a client
-    // stopped in the middle of large requests would keep everyone else's
-    // large requests refused for good.
+    // A read while the connection holds part of the in-flight budget (a
+    // request arriving, or the session's, see hold_for_session): unless the
+    // client sends k_stall_progress bytes within every k_inflight_patience
+    // (as long as another request waits for room before it is refused), it
+    // is taken to have stalled: its reading side is shut down, so the read
+    // ends as at end-of-file, and it is counted (stalled_requests).
+    // Otherwise a client stopped (or trickling bytes) in the middle of large
+    // requests would keep everyone else's large requests refused for good.
     awaitable<std::size_t> read_some_watched(asio::mutable_buffer space,
                                              boost::system::error_code& ec);
     // Shrinks the lease to the input buffer's capacity, before a wait for
@@ -145,10 +149,15 @@ private:
     bool m_write_failed = false;
     // Never expires: the writer cancels it to wake the session.
     asio::steady_timer m_writer_event;
-    // read_some_watched's deadline; a wait that ends after the read did
-    // (another generation) does nothing.
+    // read_some_watched's deadline, moved on by each k_stall_progress bytes
+    // received (time_point::max(): not watching); a wait that ends after the
+    // read did (another generation) does nothing.
     asio::steady_timer m_stall_timer;
     std::uint64_t m_stall_generation = 0;
+    std::chrono::steady_clock::time_point m_stall_deadline =
+        std::chrono::steady_clock::time_point::max();
+    std::uint64_t m_stall_progress = 0;
+    std::uint64_t m_session_held = 0;
     Context& m_context;
     std::uint64_t m_id;
     ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};

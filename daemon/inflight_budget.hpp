@@ -59,4 +59,8 @@ private:
 // How long a request waits for room in the budget before it is refused.
 inline constexpr std::chrono::milliseconds k_inflight_patience{10'000};
 
+// What a client holding budget must send within each k_inflight_patience
+// not to be taken for stalled (Connection::read_some_watched).
+inline constexpr std::uint64_t k_stall_progress = 64 << 10;
+
 } // namespace pt2cache::daemon

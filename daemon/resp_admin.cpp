@@ -60,7 +60,7 @@ void RespSession::reset() {
     m_multi_failed = false;
     m_queued.clear();
     m_queued_bytes = 0;
-    m_queue_lease.resize_down(0);
+    release_queue(0);
 }
 
 RespSession::Next RespSession::auth(Args args) {

@@ -255,7 +255,7 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
             m_multi_failed = false;
             m_queued.clear();
             m_queued_bytes = 0;
-            m_queue_lease.resize_down(0);
+            release_queue(0);
             reply.simple("OK");
         }
         co_return Next::keep;
@@ -264,6 +264,19 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
         co_return co_await queue(name, args);
     }
     co_return co_await dispatch(name, args);
+}
+
+std::uint64_t RespSession::queued_bytes(Args args) {
+    std::uint64_t bytes = 0;
+    for (const auto arg : args) {
+        bytes += arg.size() + sizeof(std::string);
+    }
+    return bytes;
+}
+
+void RespSession::release_queue(std::uint64_t bytes) {
+    m_queue_lease.resize_down(bytes);
+    m_connection.hold_for_session(m_queue_lease.bytes());
 }
 
 awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args args) {
@@ -282,10 +295,7 @@ awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args ar
     // The copies are held until EXEC: no more than one command may hold
     // (max_value_size and a little more), or every connection in a
     // transaction could hold gigabytes.
-    std::uint64_t bytes = 0;
-    for (const auto arg : args) {
-        bytes += arg.size() + sizeof(std::string);
-    }
+    const std::uint64_t bytes = queued_bytes(args);
     if (m_queued_bytes + bytes > m_context.max_value.load() + k_command_slack) {
         m_context.stats.daemon().protocol_errors++;
         reply.error(fmt::format("ERR MULTI transaction longer than max_value_size + {} bytes",
@@ -302,6 +312,7 @@ awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args ar
         co_return refuse("MULTI", "no room in daemon.max_inflight_bytes for the queued commands");
     }
     m_queued_bytes += bytes;
+    m_connection.hold_for_session(m_queue_lease.bytes());
     m_queued.emplace_back(args.begin(), args.end());
     reply.simple("QUEUED");
     co_return Next::keep;
@@ -313,15 +324,17 @@ awaitable<RespSession::Next> RespSession::exec() {
         reply.error("ERR EXEC without MULTI");
         co_return Next::keep;
     }
-    const auto queued = std::move(m_queued);
+    auto queued = std::move(m_queued);
     const bool failed = m_multi_failed;
+    std::uint64_t held = m_queued_bytes;
     m_queued.clear();
     m_queued_bytes = 0;
-    // The copies go with this coroutine's frame, the lease with them.
+    // Each command's copy and budget go once it has run; the rest at the
+    // end, whichever way this coroutine ends.
     struct Release {
-        InflightLease& lease;
-        ~Release() { lease.resize_down(0); }
-    } release{m_queue_lease};
+        RespSession& session;
+        ~Release() { session.release_queue(0); }
+    } release{*this};
     m_in_multi = false;
     m_multi_failed = false;
     if (failed) {
@@ -329,11 +342,14 @@ awaitable<RespSession::Next> RespSession::exec() {
         co_return Next::keep;
     }
     reply.array(queued.size());
-    for (const auto& command : queued) {
+    for (auto& command : queued) {
         const std::vector<std::string_view> args(command.begin(), command.end());
         if (co_await dispatch(upper(args.front()), args) == Next::close) {
             co_return Next::close;
         }
+        held -= queued_bytes(args);
+        std::vector<std::string>().swap(command);
+        release_queue(held);
         // Replies go out as they pile up, as in a pipeline (a transaction
         // of GETs of one large value is bounded by the socket, not memory).
         if (m_connection.needs_room(m_out)) {

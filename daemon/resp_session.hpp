@@ -60,6 +60,10 @@ private:
     // MULTI, EXEC, DISCARD; queueing inside a transaction.
     awaitable<Next> exec();
     awaitable<Next> queue(const std::string& name, Args args);
+    // What a queued command's copies count (its arguments and their strings).
+    static std::uint64_t queued_bytes(Args args);
+    // Shrinks the queued commands' lease to `bytes`, and tells the connection.
+    void release_queue(std::uint64_t bytes);
 
     // Data commands (resp_data.cpp, with quick, defer_set and flush_sets).
     awaitable<Next> get(Args args);

@@ -216,6 +216,12 @@ NamespaceCounters& Stats::ns(std::string_view ns) {
             slot.counters = it->second.get();
             return *it->second;
         }
+        if (m_namespaces.size() >= k_max_namespaces) {
+            // Past the limit: no counters are made, shared or exclusive.
+            if (auto other = m_namespaces.find(k_other_namespace); other != m_namespaces.end()) {
+                return *other->second;
+            }
+        }
     }
     // First sight of `ns`: allocate outside the lock, insert under it. A racing
     // thread may have inserted meanwhile; `try_emplace` then keeps its counters.

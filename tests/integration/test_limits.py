@@ -286,7 +286,7 @@ def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
     budget for good, and every other large request was refused after waiting
     (helper review). Holding budget, it is now closed once nothing has arrived
     for as long as a request waits for room (10 s): native and RESP alike."""
-    d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
+    d = make_daemon("--set", "daemon.max_inflight_bytes=12MiB")
     healthy = NativeClient(d.socket)
     native = socket.socket(socket.AF_UNIX)
     native.connect(str(d.socket))
@@ -296,19 +296,44 @@ def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
     resp.connect(str(d.socket))
     resp.sendall(b"*3\r\n$3\r\nSET\r\n$7\r\nstalled\r\n$%d\r\n" % (4 << 20) +
                  os.urandom(2 << 20))
-    wait_for(lambda: healthy.stats()["daemon"]["inflight_bytes"] >= 4 << 20, timeout=5,
-             what="both stalled requests to hold budget")
+    # A transaction left open holds its queued commands' budget (review).
+    queued = socket.socket(socket.AF_UNIX)
+    queued.connect(str(d.socket))
+    queued.sendall(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$6\r\nqueued\r\n$%d\r\n"
+                   % (1 << 20) + os.urandom(1 << 20) + b"\r\n")
+    # A byte now and then does not keep a request alive either (review).
+    trickle = socket.socket(socket.AF_UNIX)
+    trickle.connect(str(d.socket))
+    trickle.sendall(b"*3\r\n$3\r\nSET\r\n$7\r\ntrickle\r\n$%d\r\n" % (2 << 20) +
+                    os.urandom(1 << 20))
+    stop = threading.Event()
+
+    def drip():
+        for _ in range(15):  # 1 byte every 2 s, 30 s at most
+            if stop.wait(2):
+                return
+            try:
+                trickle.sendall(b"t")
+            except OSError:
+                return
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    wait_for(lambda: healthy.stats()["daemon"]["inflight_bytes"] >= 6 << 20, timeout=5,
+             what="the stalled requests to hold budget")
     started = time.monotonic()
-    assert closed_within(native, 20) and closed_within(resp, 20)
+    for sock in (native, resp, queued, trickle):
+        assert closed_within(sock, 20)
     assert 9 < time.monotonic() - started < 20
+    stop.set()
+    dripper.join(timeout=5)
     stats = healthy.stats()["daemon"]
-    assert stats["stalled_requests"] == 2
+    assert stats["stalled_requests"] == 4
     assert stats["inflight_bytes"] == 0
     value = os.urandom(6 << 20)  # needs most of the budget
     assert healthy.put("pgo", b"after", value) == STATUS["ok"]
     assert healthy.get("pgo", b"after") == (STATUS["ok"], value)
-    native.close()
-    resp.close()
+    for sock in (native, resp, queued, trickle):
+        sock.close()
 
 
 def test_large_values_read_from_disk_are_freed_with_their_replies(make_daemon):
