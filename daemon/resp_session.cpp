@@ -276,7 +276,14 @@ std::uint64_t RespSession::queued_bytes(Args args) {
 
 void RespSession::release_queue(std::uint64_t bytes) {
     m_queue_lease.resize_down(bytes);
-    m_connection.hold_for_session(m_queue_lease.bytes());
+    hold_queue();
+}
+
+void RespSession::hold_queue() {
+    // A transaction typed by hand (redis-cli) holds a few bytes, and may
+    // take its time; one that holds a large share of the budget may not.
+    m_connection.hold_for_session(m_queue_lease.bytes() >= k_command_slack ? m_queue_lease.bytes()
+                                                                           : 0);
 }
 
 awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args args) {
@@ -312,7 +319,7 @@ awaitable<RespSession::Next> RespSession::queue(const std::string& name, Args ar
         co_return refuse("MULTI", "no room in daemon.max_inflight_bytes for the queued commands");
     }
     m_queued_bytes += bytes;
-    m_connection.hold_for_session(m_queue_lease.bytes());
+    hold_queue();
     m_queued.emplace_back(args.begin(), args.end());
     reply.simple("QUEUED");
     co_return Next::keep;

@@ -64,6 +64,9 @@ private:
     static std::uint64_t queued_bytes(Args args);
     // Shrinks the queued commands' lease to `bytes`, and tells the connection.
     void release_queue(std::uint64_t bytes);
+    // Tells the connection what the queued commands hold, from 1 MiB (reads
+    // are then watched for stalls).
+    void hold_queue();
 
     // Data commands (resp_data.cpp, with quick, defer_set and flush_sets).
     awaitable<Next> get(Args args);

@@ -301,6 +301,10 @@ def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
     queued.connect(str(d.socket))
     queued.sendall(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$6\r\nqueued\r\n$%d\r\n"
                    % (1 << 20) + os.urandom(1 << 20) + b"\r\n")
+    # A small transaction (typed into redis-cli) may take its time.
+    typed = socket.socket(socket.AF_UNIX)
+    typed.connect(str(d.socket))
+    typed.sendall(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$5\r\ntyped\r\n$1\r\nv\r\n")
     # A byte now and then does not keep a request alive either (review).
     trickle = socket.socket(socket.AF_UNIX)
     trickle.connect(str(d.socket))
@@ -326,6 +330,15 @@ def test_a_request_stalled_halfway_gives_its_budget_back(make_daemon):
     assert 9 < time.monotonic() - started < 20
     stop.set()
     dripper.join(timeout=5)
+    typed.settimeout(5)
+    typed.sendall(b"*1\r\n$4\r\nEXEC\r\n")
+    answered = b""
+    while not answered.endswith(b"*1\r\n+OK\r\n"):
+        chunk = typed.recv(4096)
+        assert chunk, answered
+        answered += chunk
+    assert answered == b"+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n"
+    typed.close()
     stats = healthy.stats()["daemon"]
     assert stats["stalled_requests"] == 4
     assert stats["inflight_bytes"] == 0
