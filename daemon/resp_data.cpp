@@ -342,12 +342,8 @@ std::int64_t RespSession::key_count() const {
     return static_cast<std::int64_t>(m_context.store->entry_count());
 }
 
-awaitable<RespSession::Next> RespSession::dbsize(Args args) {
-    if (args.size() != 1) {
-        wrong_arity("dbsize");
-    } else {
-        Writer(m_out.bytes(), m_version).integer(key_count());
-    }
+awaitable<RespSession::Next> RespSession::dbsize() {
+    Writer(m_out.bytes(), m_version).integer(key_count());
     co_return Next::keep;
 }
 

@@ -76,7 +76,7 @@ private:
     awaitable<Next> set(Args args);
     awaitable<Next> mget(Args args);
     awaitable<Next> exists_or_del(Args args, bool del);
-    awaitable<Next> dbsize(Args args);
+    awaitable<Next> dbsize();
     std::int64_t key_count() const;
 
     // Connection and server commands (resp_admin.cpp).

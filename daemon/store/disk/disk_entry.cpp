@@ -173,6 +173,11 @@ decode_verified(std::span<const std::byte> file, const Verified& verified, MakeR
 
 } // namespace
 
+std::uint64_t declared_value_size(std::span<const std::byte> entry) {
+    return entry.size() < k_entry_header_size ? 0
+                                              : get_le<std::uint64_t>(entry, k_off_value_length);
+}
+
 std::uint64_t trailer_checksum(std::span<const std::byte, k_entry_trailer_size> trailer) {
     return get_le<std::uint64_t>(trailer, 0);
 }

@@ -121,6 +121,10 @@ tl::expected<DecodedEntry, std::string> decode(std::span<const std::byte> file);
 // As above; a raw value shares `file`'s buffer instead of being copied.
 tl::expected<DecodedEntry, std::string> decode(const Blob& file);
 
+// The value length an entry's header declares, unchecked (0 when `entry` is
+// shorter than a header): enough to tell a large value before decoding.
+std::uint64_t declared_value_size(std::span<const std::byte> entry);
+
 // The checksum an entry's trailer (its last k_entry_trailer_size bytes) holds:
 // the XXH3-64 of every byte before it, when decode() accepts the file.
 std::uint64_t trailer_checksum(std::span<const std::byte, k_entry_trailer_size> trailer);

@@ -238,15 +238,18 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
         }
     };
     // A large value stored compressed (a few KiB here) that a reply still
-    // holds is shared, as an entry file's is (see load_file).
-    const auto header = decode_header(stored.bytes());
-    const bool large = header && header->value_size >= SharedReads::k_min_value_size &&
+    // holds is shared, as an entry file's is (see load_file). Only a large
+    // one's header is decoded twice.
+    const bool large = declared_value_size(stored.bytes()) >= SharedReads::k_min_value_size &&
                        stored.size() >= k_entry_trailer_size;
     const auto checksum = large ? trailer_checksum(stored.bytes().last<k_entry_trailer_size>()) : 0;
-    if (large && header->ns == ns && header->key == key && !header->expired(now_ms())) {
-        if (auto held = m_shared_reads.find(id, stored.size(), checksum)) {
-            touch_entry();
-            return Entry{std::move(*held), header->created_ms, header->expires_ms};
+    if (large) {
+        const auto header = decode_header(stored.bytes());
+        if (header && header->ns == ns && header->key == key && !header->expired(now_ms())) {
+            if (auto held = m_shared_reads.find(id, stored.size(), checksum)) {
+                touch_entry();
+                return Entry{std::move(*held), header->created_ms, header->expires_ms};
+            }
         }
     }
     auto decoded = decode(stored);

@@ -19,14 +19,14 @@ void WriteBehindQueue::enqueue(WriteItem item, bool front) {
     const auto at = to.insert(front ? to.begin() : to.end(), std::move(item));
     // The index views the key held by the list node, which stays put. The
     // callers removed any queued write of the key first.
-    [[maybe_unused]] const bool fresh =
-        m_queued.try_emplace(std::string_view(at->key), Position{&to, at}).second;
+    [[maybe_unused]] const bool fresh = m_queued.try_emplace(std::string_view(at->key), at).second;
     assert(fresh);
 }
 
-WriteItem WriteBehindQueue::dequeue(Lane& from, Lane::iterator at) {
+WriteItem WriteBehindQueue::dequeue(Lane::iterator at) {
     m_queued.erase(std::string_view(at->key)); // before the key moves out
     m_bytes -= at->bytes();
+    Lane& from = lane(*at);
     WriteItem item = std::move(*at);
     from.erase(at);
     return item;
@@ -44,7 +44,7 @@ bool WriteBehindQueue::drop_oldest() {
     if (oldest == nullptr) {
         return false;
     }
-    dequeue(*oldest, oldest->begin());
+    dequeue(oldest->begin());
     return true;
 }
 
@@ -53,8 +53,7 @@ std::size_t WriteBehindQueue::remove_queued(std::string_view key) {
     if (found == m_queued.end()) {
         return 0;
     }
-    const Position position = found->second;
-    dequeue(*position.lane, position.at);
+    dequeue(found->second);
     return 1;
 }
 
@@ -122,14 +121,12 @@ std::optional<WriteItem> WriteBehindQueue::pop(Clock::time_point wake_at) {
     if (small == m_small.end() && large == m_large.end()) {
         return std::nullopt;
     }
-    Lane* from = &m_small;
     auto at = small;
     if (small == m_small.end() ||
         (large != m_large.end() && Clock::now() - large->queued_at >= m_options.large_aging)) {
-        from = &m_large;
         at = large;
     }
-    WriteItem item = dequeue(*from, at);
+    WriteItem item = dequeue(at);
     m_in_flight.push_back(item.key);
     return item;
 }

@@ -116,7 +116,7 @@ private:
     // Queues `item` at the front or back of its lane, and in the index.
     void enqueue(WriteItem item, bool front);
     // Removes the queued entry at `at` from its lane and the index.
-    WriteItem dequeue(Lane& from, Lane::iterator at);
+    WriteItem dequeue(Lane::iterator at);
     // Drops the oldest queued entry; false when empty.
     bool drop_oldest();
     // Removes the queued write of `key`; how many (0 or 1).
@@ -131,13 +131,10 @@ private:
     Lane m_small;
     Lane m_large;
     // Each key has at most one queued write (a push replaces it): where it
-    // is, by the key it holds. Pushes, erases and requeues then cost the same
-    // with a million small entries queued (Redis down) as with one.
-    struct Position {
-        Lane* lane;
-        Lane::iterator at;
-    };
-    absl::flat_hash_map<std::string_view, Position> m_queued;
+    // is (its lane follows from its size), by the key it holds. Pushes,
+    // erases and requeues then cost the same with a million small entries
+    // queued (Redis down) as with one.
+    absl::flat_hash_map<std::string_view, Lane::iterator> m_queued;
     std::uint64_t m_bytes = 0;
     std::vector<std::string> m_in_flight;        // keys; two flushers: a few at most
     std::vector<std::string> m_erased_in_flight; // of those, keys erased meanwhile
