@@ -1,5 +1,6 @@
 #include "daemon/connection.hpp"
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <sys/socket.h>
@@ -57,6 +58,8 @@ Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     , m_deferred_replies(&asio::use_service<DeferredReplies>(m_executor.context()))
     , m_writer_event(m_executor, std::chrono::steady_clock::time_point::max())
     , m_stall_timer(m_executor)
+    , m_reactor(&drained_reactor(m_executor))
+    , m_probe_timer(m_executor)
     , m_context(context)
     , m_id(id)
     , m_lease(context.inflight) {
@@ -164,6 +167,7 @@ awaitable<void> Connection::run() {
 }
 
 void Connection::close() {
+    m_probe_timer.cancel();
     boost::system::error_code ignored;
     m_socket.shutdown(UnixSocket::shutdown_both, ignored);
     m_socket.close(ignored);
@@ -218,7 +222,10 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     std::size_t n = 0;
     if (m_lease.bytes() == 0 && m_session_held == 0) {
         m_stall_deadline = std::chrono::steady_clock::time_point::max();
-        n = co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+        begin_read();
+        n = co_await async_read_drained(m_socket, *m_reactor, space,
+                                        asio::redirect_error(use_awaitable, ec));
+        end_read(space.size(), n, ec);
     } else {
         n = co_await read_some_watched(space, ec);
     }
@@ -251,8 +258,10 @@ awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
                                    m_lease.bytes() + m_session_held);
             ::shutdown(m_socket.native_handle(), SHUT_RD);
         });
-    const auto n =
-        co_await m_socket.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+    begin_read();
+    const auto n = co_await async_read_drained(m_socket, *m_reactor, space,
+                                               asio::redirect_error(use_awaitable, ec));
+    end_read(space.size(), n, ec);
     ++m_stall_generation;
     m_stall_timer.cancel();
     m_stall_progress += n;
@@ -261,6 +270,56 @@ awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
         m_stall_progress = 0;
     }
     co_return n;
+}
+
+void Connection::begin_read() {
+    m_reading = true;
+    if (m_drained && !m_probe_armed) {
+        arm_probe();
+    }
+}
+
+void Connection::end_read(std::size_t room, std::size_t n, const boost::system::error_code& ec) {
+    m_reading = false;
+    ++m_reads;
+    m_drained = k_drained_reads && !ec && n < room;
+}
+
+void Connection::arm_probe() {
+    m_probe_armed = true;
+    m_probe_reads = m_reads;
+    m_probe_timer.expires_after(k_drained_probe);
+    m_probe_timer.async_wait(
+        [this, self = shared_from_this()](const boost::system::error_code& waited) {
+            probe_drained(waited);
+        });
+}
+
+void Connection::probe_drained(const boost::system::error_code& waited) {
+    m_probe_armed = false;
+    if (waited || !m_reading || !m_drained) {
+        return; // closed, or busy: the next wait after a short read arms it again
+    }
+    if (m_reads != m_probe_reads) {
+        arm_probe(); // reads ended meanwhile: this wait is a newer one
+        return;
+    }
+    char byte = 0;
+    const auto got = ::recv(m_socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return; // nothing waiting: the next bytes or end-of-file raise an event
+    }
+    if (got > 0) {
+        // Bytes raise an event of their own; it may be in this round of
+        // the loop, after this handler. Look again later.
+        arm_probe();
+        return;
+    }
+    // End-of-file (or an error) that raised no event of its own: the client
+    // sent its last bytes and closed, or shut down writing, before we read
+    // them. Shutting down our reading side, which the peer has already
+    // ended, raises one, and the pending read sees end-of-file.
+    ::shutdown(m_socket.native_handle(), SHUT_RD);
 }
 
 awaitable<bool> Connection::read_exact(std::span<std::byte> out) {

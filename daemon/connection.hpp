@@ -2,6 +2,7 @@
 // RESP by the first byte, and owns the socket and its buffers for the session.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "daemon/asio.hpp"
 #include "daemon/context.hpp"
+#include "daemon/drained_read.hpp"
 #include "daemon/io_buffers.hpp"
 
 namespace pt2cache::daemon {
@@ -97,6 +99,9 @@ public:
     // Replies queued beyond this wait for the writer before more requests
     // are read (a client that never reads cannot make us buffer without end).
     static constexpr std::size_t k_max_queued_output = 16u << 20;
+    // How long a read waits after a short read before probe_drained() looks
+    // for an end-of-file that raised no event of its own.
+    static constexpr std::chrono::milliseconds k_drained_probe{10};
 
 private:
     friend class DeferredReplies;
@@ -116,6 +121,18 @@ private:
     // requests would keep everyone else's large requests refused for good.
     awaitable<std::size_t> read_some_watched(asio::mutable_buffer space,
                                              boost::system::error_code& ec);
+    // Around each read of the socket (async_read_drained): after a short
+    // read the reactor waits for the socket's next event, so a wait that
+    // begins then arms the probe timer (probe_drained).
+    void begin_read();
+    void end_read(std::size_t room, std::size_t n, const boost::system::error_code& ec);
+    // The probe timer's handler: a read that has waited k_drained_probe after
+    // a short read, with no read in between, may be waiting for an event the
+    // short read consumed (end-of-file that came with the last bytes; see
+    // drained_read.hpp). A peek tells; if it finds anything, the descriptor
+    // is re-armed so that the reactor sees it.
+    void probe_drained(const boost::system::error_code& waited);
+    void arm_probe();
     // Shrinks the lease to the input buffer's capacity, before a wait for
     // the client to read.
     void release_input_lease();
@@ -158,6 +175,18 @@ private:
         std::chrono::steady_clock::time_point::max();
     std::uint64_t m_stall_progress = 0;
     std::uint64_t m_session_held = 0;
+    // The loop's reactor, for async_read_drained.
+    std::remove_reference_t<decltype(drained_reactor(std::declval<Executor>()))>* m_reactor;
+    // Reads of the socket ended so far; whether the last one was short (the
+    // next waits for an event); whether one is pending.
+    std::uint64_t m_reads = 0;
+    bool m_drained = false;
+    bool m_reading = false;
+    // Runs while the connection reads after short reads; m_probe_reads is
+    // m_reads when it was set.
+    asio::steady_timer m_probe_timer;
+    bool m_probe_armed = false;
+    std::uint64_t m_probe_reads = 0;
     Context& m_context;
     std::uint64_t m_id;
     ucred m_peer{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};

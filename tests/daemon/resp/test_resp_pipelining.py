@@ -3,9 +3,13 @@ many writes, and Inductor's pattern of short-lived connections."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import time
 
 import redis
+from pt2harness import wait_for
 from resp_helpers import RespConnection, encode
 
 
@@ -147,3 +151,42 @@ def test_raw_handshake_churn(daemon):
         assert c.reply() == b"v"
         c.close()
     assert time.monotonic() - start < 30
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_end_of_file_that_comes_with_the_last_request_ends_the_connection(daemon):
+    """A client that sends its last request and shuts down writing (or closes)
+    before the daemon reads raises one event for both. The read that takes the
+    request reports the socket drained, so no further event comes for the
+    end-of-file; the daemon's probe (docs/architecture.md, "Replies") must
+    still see it: the reply arrives, then the connection ends, promptly. The
+    daemon is stopped (SIGSTOP) while the client writes, so that both always
+    arrive before it reads."""
+    pid = daemon.proc.pid
+    baseline = daemon.stats()["daemon"]["connections_active"]
+    rounds = 6
+    for i in range(rounds):
+        c = RespConnection(daemon.socket, timeout=5.0)
+        assert c.command("PING") == "PONG"  # the read after this one waits for an event
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: _stopped(pid), timeout=5.0, what="the daemon stopped")
+            c.send(encode("ECHO", f"last{i}"))
+            if i % 2:
+                c.sock.close()  # closed: nothing to read back
+            else:
+                c.sock.shutdown(socket.SHUT_WR)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        if i % 2 == 0:
+            start = time.monotonic()
+            assert c.reply() == f"last{i}".encode()
+            assert c.closed_by_peer(), "no end-of-file after the reply"
+            assert time.monotonic() - start < 2.0
+            c.close()
+    wait_for(lambda: daemon.stats()["daemon"]["connections_active"] == baseline, timeout=5.0,
+             what="the closed connections to end")
