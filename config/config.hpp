@@ -35,6 +35,7 @@ struct Config {
     unsigned max_connections = 1024;               // clients served at once; more are refused
     unsigned max_connections_per_process = 256;    // per client process (SO_PEERCRED pid)
     std::uint64_t max_inflight_bytes = 2ull << 30; // request bytes being received, all clients
+    std::uint64_t max_reply_bytes = 512ull << 20;  // replies queued for clients, all clients
     // [memory]
     std::uint64_t memory_max_size = 256ull << 20; // 0 disables the memory tier
     // [disk]

@@ -46,6 +46,8 @@ constexpr std::array k_settings = {
             .field = &Config::max_connections_per_process, .min = 1, .max = 1'000'000},
     Setting{.key = "daemon.max_inflight_bytes", .kind = Kind::size,
             .field = &Config::max_inflight_bytes, .min = 1 << 20},
+    Setting{.key = "daemon.max_reply_bytes", .kind = Kind::size,
+            .field = &Config::max_reply_bytes, .min = 1 << 20},
     // [memory]
     Setting{.key = "memory.max_size", .kind = Kind::size, .field = &Config::memory_max_size},
     // [disk]

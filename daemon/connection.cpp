@@ -71,6 +71,20 @@ Connection::Connection(UnixSocket socket, Context& context, std::uint64_t id)
     }
 }
 
+Connection::~Connection() {
+    remove_queued(m_queued_bytes);
+}
+
+void Connection::add_queued(std::size_t bytes) {
+    m_queued_bytes += bytes;
+    m_context.queued_replies.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void Connection::remove_queued(std::size_t bytes) {
+    m_queued_bytes -= bytes;
+    m_context.queued_replies.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
 void Connection::refuse(std::string_view error) {
     boost::system::error_code ignored;
     m_socket.non_blocking(true, ignored);
@@ -344,7 +358,7 @@ awaitable<bool> Connection::next_batch(OutputBatch& batch, std::size_t hint, std
     if (!sent || m_context.stopping) {
         return answer(false);
     }
-    if (m_queued_bytes > k_max_queued_output || m_write_failed) {
+    if (m_queued_bytes > output_limit() || m_write_failed) {
         return drain_then_read(hint);
     }
     return read_more(hint);
@@ -354,7 +368,7 @@ awaitable<bool> Connection::drain_then_read(std::size_t hint) {
     // Plain statements: GCC 12 miscompiles (SIGILL) a co_await inside a
     // short-circuit condition or a co_return of this awaitable<bool>.
     release_input_lease();
-    while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
+    while (m_queued_bytes > output_limit() && !m_write_failed) {
         co_await writer_progress();
     }
     if (m_write_failed) {
@@ -376,7 +390,7 @@ awaitable<bool> Connection::make_room(OutputBatch& batch) {
         co_return false;
     }
     release_input_lease();
-    while (m_queued_bytes > k_max_queued_output && !m_write_failed) {
+    while (m_queued_bytes > output_limit() && !m_write_failed) {
         co_await writer_progress();
     }
     co_return !m_write_failed;
@@ -421,7 +435,7 @@ bool Connection::send_now(OutputBatch& batch) {
     }
     if (m_writing) {
         // Behind the replies already queued, in order.
-        m_queued_bytes += batch.size();
+        add_queued(batch.size());
         m_queued.push_back(std::move(batch));
         batch = OutputBatch();
         return true;
@@ -451,7 +465,7 @@ bool Connection::send_now(OutputBatch& batch) {
         batch.clear();
         return true;
     }
-    m_queued_bytes += total - written;
+    add_queued(total - written);
     m_front_written = written;
     m_queued.push_back(std::move(batch));
     batch = OutputBatch();
@@ -475,12 +489,12 @@ void Connection::write_front() {
         m_socket, rest,
         asio::bind_executor(m_executor, [self = shared_from_this()](
                                             const boost::system::error_code& ec, std::size_t n) {
-            self->m_queued_bytes -= std::min(n, self->m_queued_bytes);
+            self->remove_queued(std::min(n, self->m_queued_bytes));
             self->m_front_written = 0;
             if (ec) {
                 self->m_write_failed = true;
                 self->m_queued.clear();
-                self->m_queued_bytes = 0;
+                self->remove_queued(self->m_queued_bytes);
             } else {
                 self->m_queued.pop_front();
             }

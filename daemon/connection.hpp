@@ -22,6 +22,9 @@ class DeferredReplies;
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     Connection(UnixSocket socket, Context& context, std::uint64_t id);
+    ~Connection();
+    Connection(const Connection&) = delete;
+    Connection& operator=(const Connection&) = delete;
 
     // Serves the connection until the peer leaves, a protocol error ends
     // it, or the daemon stops, and writes the replies still due. Runs on
@@ -88,17 +91,21 @@ public:
     // other send, flush or close of this connection sends it first.
     bool send_later(OutputBatch& batch);
     // Between two requests of a batch: once `batch` and the queued replies
-    // pass k_max_queued_output, sends `batch` and waits for the writer to
-    // bring the queue under it. False when the peer is gone.
+    // pass output_limit(), sends `batch` and waits for the writer to bring
+    // the queue under it. False when the peer is gone.
     awaitable<bool> make_room(OutputBatch& batch);
     // Whether make_room(batch) would have to wait or send.
     bool needs_room(const OutputBatch& batch) const {
-        return batch.size() + m_queued_bytes > k_max_queued_output;
+        return batch.size() + m_queued_bytes > output_limit();
     }
 
     // Replies queued beyond this wait for the writer before more requests
     // are read (a client that never reads cannot make us buffer without end).
     static constexpr std::size_t k_max_queued_output = 16u << 20;
+    // The same, while all connections' queued replies pass
+    // daemon.max_reply_bytes: many clients that do not read cannot make us
+    // buffer 16 MiB each (1,024 connections: 16 GiB).
+    static constexpr std::size_t k_max_queued_output_over_limit = 64u << 10;
     // How long a read waits after a short read before probe_drained() looks
     // for an end-of-file that raised no event of its own.
     static constexpr std::chrono::milliseconds k_drained_probe{10};
@@ -144,8 +151,21 @@ private:
     void write_front();
     // Waits until the writer has made progress or ended.
     awaitable<void> writer_progress();
+    // How many reply bytes this connection may have queued before it waits
+    // for its client to read them (k_max_queued_output, or
+    // k_max_queued_output_over_limit while the daemon is over
+    // daemon.max_reply_bytes).
+    std::size_t output_limit() const {
+        return m_context.queued_replies.load(std::memory_order_relaxed) >
+                       m_context.max_reply_bytes.load(std::memory_order_relaxed)
+                   ? k_max_queued_output_over_limit
+                   : k_max_queued_output;
+    }
+    // m_queued_bytes and the daemon's total together.
+    void add_queued(std::size_t bytes);
+    void remove_queued(std::size_t bytes);
     // next_batch's slow path: waits until the queued replies are under
-    // k_max_queued_output, then reads.
+    // output_limit(), then reads.
     awaitable<bool> drain_then_read(std::size_t hint);
     // `value`, as a finished coroutine.
     static awaitable<bool> answer(bool value);

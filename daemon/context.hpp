@@ -42,6 +42,10 @@ struct Context {
     std::atomic<std::int64_t> last_activity_ms{0};
     // Request bytes being received, all connections (daemon.max_inflight_bytes).
     InflightBudget inflight;
+    // Reply bytes queued for clients that have not read them yet, all
+    // connections, and daemon.max_reply_bytes (Connection::output_limit).
+    std::atomic<std::uint64_t> queued_replies{0};
+    std::atomic<std::uint64_t> max_reply_bytes{512ull << 20};
 
     proto::Limits limits() const { return proto::Limits{max_value.load()}; }
     void touch();

@@ -118,6 +118,8 @@ constexpr Field k_daemon_fields[] = {
      "Entries of moved-aside small.mdb files put back"},
     {"inflight_bytes", "pt2cache_inflight_bytes", "gauge", "Request bytes being received"},
     {"inflight_limit", "pt2cache_inflight_limit_bytes", "gauge", "daemon.max_inflight_bytes"},
+    {"reply_bytes", "pt2cache_reply_bytes", "gauge", "Reply bytes queued for clients"},
+    {"reply_limit", "pt2cache_reply_limit_bytes", "gauge", "daemon.max_reply_bytes"},
 };
 
 constexpr Field k_remote_fields[] = {

@@ -164,6 +164,7 @@ int Server::run() {
     m_context.config.socket_path = fs::absolute(config.socket_path).string();
     m_context.max_value = config.max_value_size;
     m_context.inflight.set_limit(config.max_inflight_bytes);
+    m_context.max_reply_bytes = config.max_reply_bytes;
     std::string fit_warning;
     m_context.config.max_connections = fit_connection_limit(config.max_connections, fit_warning);
     if (!fit_warning.empty()) {
@@ -373,6 +374,7 @@ void Server::reload() {
     set_log_level(fresh.log_level);
     m_context.max_value = fresh.max_value_size;
     m_context.inflight.set_limit(fresh.max_inflight_bytes);
+    m_context.max_reply_bytes = fresh.max_reply_bytes;
     m_context.store->set_policy(store_policy(fresh));
     set_bundle_timeout(fresh.bundle_idle_timeout_s);
     for (const auto& warning : loaded->warnings) {

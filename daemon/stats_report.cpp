@@ -17,6 +17,8 @@ nlohmann::json stats_report(Context& context) {
     report["tiers"] = context.store->tier_summary();
     report["daemon"]["inflight_bytes"] = context.inflight.in_use();
     report["daemon"]["inflight_limit"] = context.inflight.limit();
+    report["daemon"]["reply_bytes"] = context.queued_replies.load();
+    report["daemon"]["reply_limit"] = context.max_reply_bytes.load();
     const auto bundle_refusals = context.bundles.refusals();
     report["bundles"] = {{"open", context.bundles.size()},
                          {"bytes", context.bundles.bytes()},

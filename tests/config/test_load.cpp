@@ -15,7 +15,7 @@ using pt2cache::tests::Vars;
 
 namespace {
 
-constexpr std::size_t k_setting_count = 52;
+constexpr std::size_t k_setting_count = 53;
 
 std::string tmp_socket() {
     return fmt::format("/tmp/pt2cache-{}/pt2cached.sock", ::getuid());
@@ -33,6 +33,7 @@ max_value_size = "1GiB"
 max_connections = 77
 max_connections_per_process = 7
 max_inflight_bytes = "64MiB"
+max_reply_bytes = "32MiB"
 
 [memory]
 max_size = 0
@@ -93,6 +94,7 @@ TEST_CASE("defaults", "[config][load]") {
     CHECK(c.max_connections == 1024);
     CHECK(c.max_connections_per_process == 256);
     CHECK(c.max_inflight_bytes == 2147483648);
+    CHECK(c.max_reply_bytes == 536870912);
     CHECK(c.memory_max_size == 268435456);
     CHECK(c.cache_dir == "/nonexistent/u/.cache/pt2cache");
     CHECK(c.disk_max_size == 10737418240);
@@ -167,6 +169,7 @@ TEST_CASE("the file overrides every default", "[config][load][file]") {
     CHECK(c.max_connections == 77);
     CHECK(c.max_connections_per_process == 7);
     CHECK(c.max_inflight_bytes == 64ull << 20);
+    CHECK(c.max_reply_bytes == 32ull << 20);
     CHECK(c.memory_max_size == 0);
     CHECK(c.cache_dir == "/var/cache/p2t");
     CHECK(c.disk_max_size == 21474836480);

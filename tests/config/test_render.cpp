@@ -48,6 +48,7 @@ daemon.max_value_size = 536870912  # default
 daemon.max_connections = 1024  # default
 daemon.max_connections_per_process = 256  # default
 daemon.max_inflight_bytes = 2147483648  # default
+daemon.max_reply_bytes = 536870912  # default
 
 memory.max_size = 268435456  # default
 
@@ -172,5 +173,5 @@ TEST_CASE("render's output loads back to the same values", "[config][render]") {
     CHECK(second->config.redis_unix_socket == "/run/r.sock");
     CHECK(second->config.redis_db == 2);
     CHECK(second->config.bundle_idle_timeout_s == 9);
-    CHECK(values_of(rendered).size() == 52);
+    CHECK(values_of(rendered).size() == 53);
 }

@@ -484,3 +484,83 @@ def test_idle_connections_cost_little(make_daemon):
     assert healthy.stats()["daemon"]["inflight_bytes"] == 0
     for c in conns:
         c.close()
+
+
+def test_replies_queued_for_clients_that_do_not_read_are_bounded(make_daemon):
+    """Twelve clients pipeline 60 KB ECHOs and read nothing. Each connection may
+    queue 16 MiB of replies, but once all of them together pass
+    daemon.max_reply_bytes a connection with more than 64 KiB queued reads no
+    further command until its client reads: the daemon holds about the limit,
+    not 12 x 16 MiB. Another client is served meanwhile, and once the twelve
+    read, every reply arrives, whole and in order."""
+    d = make_daemon("--set", "daemon.max_reply_bytes=4MiB")
+    rss_before = vm_rss_kib(d.proc.pid)
+    size = 60000
+    reply_size = len(b"$%d\r\n" % size) + size + 2
+    conns, commands, sent = [], [], []
+    for i in range(12):
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(d.socket))
+        c.setblocking(False)
+        conns.append(c)
+        commands.append(b"*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n" % (size, bytes([65 + i]) * size))
+        sent.append(0)
+    # Send until the daemon has read nothing from any connection for a
+    # second (at most 400 commands, 24 MB, each).
+    deadline = time.monotonic() + 30
+    stalled_since = [None] * len(conns)
+
+    def all_stalled():
+        now = time.monotonic()
+        return all(since is not None and now - since > 1.0 for since in stalled_since)
+
+    while time.monotonic() < deadline and not all_stalled():
+        for i, c in enumerate(conns):
+            if stalled_since[i] and time.monotonic() - stalled_since[i] > 1.0:
+                continue
+            offset = sent[i] % len(commands[i])
+            if sent[i] >= 400 * len(commands[i]):
+                stalled_since[i] = stalled_since[i] or time.monotonic() - 2
+                continue
+            try:
+                sent[i] += c.send(commands[i][offset:])
+                stalled_since[i] = None
+            except BlockingIOError:
+                stalled_since[i] = stalled_since[i] or time.monotonic()
+                time.sleep(0.01)
+    assert all_stalled(), "the daemon kept reading"
+    assert vm_rss_kib(d.proc.pid) - rss_before < 64 * 1024
+    daemon_stats = d.stats()["daemon"]
+    assert daemon_stats["reply_limit"] == 4 << 20
+    # Without the shared limit each connection held up to 16 MiB (192 MiB).
+    assert daemon_stats["reply_bytes"] <= (4 << 20) + len(conns) * (256 << 10), daemon_stats
+    assert sum(sent) > len(conns) * reply_size
+    assert RawConnection(d.socket).hello() is not None  # others are still served
+    # Now read: the rest of each partial command goes out, and every reply
+    # comes back in order.
+    for i, c in enumerate(conns):
+        c.setblocking(True)
+        c.settimeout(20)
+        rest = -sent[i] % len(commands[i])
+        expected = (sent[i] + rest) // len(commands[i])
+        reader_error = []
+
+        def read_all(c=c, i=i, expected=expected):
+            try:
+                got = bytearray()
+                while len(got) < expected * reply_size:
+                    chunk = c.recv(1 << 20)
+                    assert chunk, "closed early"
+                    got += chunk
+                assert bytes(got) == (b"$%d\r\n%s\r\n" % (size, bytes([65 + i]) * size)) * expected
+            except Exception as e:  # noqa: BLE001 (reported below)
+                reader_error.append(e)
+
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        c.sendall(commands[i][len(commands[i]) - rest:])
+        reader.join(30)
+        assert not reader.is_alive() and not reader_error, reader_error
+        c.close()
+    wait_for(lambda: d.stats()["daemon"]["reply_bytes"] == 0, timeout=5,
+             what="the queued replies to be released")
