@@ -237,7 +237,7 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     if (m_lease.bytes() == 0 && m_session_held == 0) {
         m_stall_deadline = std::chrono::steady_clock::time_point::max();
         begin_read();
-        n = co_await async_read_drained(m_socket, *m_reactor, space,
+        n = co_await async_read_drained(m_socket, *m_reactor, space, m_quick_reads,
                                         asio::redirect_error(use_awaitable, ec));
         end_read(space.size(), n, ec);
     } else {
@@ -273,7 +273,7 @@ awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
             ::shutdown(m_socket.native_handle(), SHUT_RD);
         });
     begin_read();
-    const auto n = co_await async_read_drained(m_socket, *m_reactor, space,
+    const auto n = co_await async_read_drained(m_socket, *m_reactor, space, m_quick_reads,
                                                asio::redirect_error(use_awaitable, ec));
     end_read(space.size(), n, ec);
     ++m_stall_generation;
@@ -288,6 +288,7 @@ awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
 
 void Connection::begin_read() {
     m_reading = true;
+    m_read_began = std::chrono::steady_clock::now();
     if (m_drained && !m_probe_armed) {
         arm_probe();
     }
@@ -296,7 +297,9 @@ void Connection::begin_read() {
 void Connection::end_read(std::size_t room, std::size_t n, const boost::system::error_code& ec) {
     m_reading = false;
     ++m_reads;
-    m_drained = k_drained_reads && !ec && n < room;
+    m_probe_saw_bytes = false;
+    m_drained = k_drained_reads && m_quick_reads && !ec && n < room;
+    m_quick_reads = std::chrono::steady_clock::now() - m_read_began < k_quick_read;
 }
 
 void Connection::arm_probe() {
@@ -324,9 +327,22 @@ void Connection::probe_drained(const boost::system::error_code& waited) {
         return; // nothing waiting: the next bytes or end-of-file raise an event
     }
     if (got > 0) {
-        // Bytes raise an event of their own; it may be in this round of
-        // the loop, after this handler. Look again later.
-        arm_probe();
+        if (!m_probe_saw_bytes) {
+            // Bytes raise an event of their own; it may be in this round of
+            // the loop, after this handler. Look again later.
+            m_probe_saw_bytes = true;
+            arm_probe();
+            return;
+        }
+        // Bytes that 10 ms brought no event for: a recv stopped short of
+        // them, at descriptors passed with SCM_RIGHTS or an out-of-band
+        // mark, which no client of ours sends. Cancelling ends the read.
+        m_context.stats.daemon().protocol_errors++;
+        logger("session").warn("[{}] bytes waiting that no read can take (descriptors passed "
+                               "or out-of-band data?); closing",
+                               m_id);
+        boost::system::error_code ignored;
+        m_socket.cancel(ignored);
         return;
     }
     // End-of-file (or an error) that raised no event of its own: the client

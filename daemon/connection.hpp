@@ -109,6 +109,11 @@ public:
     // How long a read waits after a short read before probe_drained() looks
     // for an end-of-file that raised no event of its own.
     static constexpr std::chrono::milliseconds k_drained_probe{10};
+    // A read that waited less than this is followed by a drained read (the
+    // client sends its requests back to back); after a longer wait the next
+    // read tries a recv first, as Asio's own does, so that a client that
+    // computes between its requests costs no probe per request.
+    static constexpr std::chrono::milliseconds k_quick_read{1};
 
 private:
     friend class DeferredReplies;
@@ -136,8 +141,9 @@ private:
     // The probe timer's handler: a read that has waited k_drained_probe after
     // a short read, with no read in between, may be waiting for an event the
     // short read consumed (end-of-file that came with the last bytes; see
-    // drained_read.hpp). A peek tells; if it finds anything, the descriptor
-    // is re-armed so that the reactor sees it.
+    // drained_read.hpp). A peek tells: end-of-file, and the connection shuts
+    // down its own reading side, which raises an event; bytes, and it looks
+    // again later, then ends the connection.
     void probe_drained(const boost::system::error_code& waited);
     void arm_probe();
     // Shrinks the lease to the input buffer's capacity, before a wait for
@@ -202,10 +208,15 @@ private:
     std::uint64_t m_reads = 0;
     bool m_drained = false;
     bool m_reading = false;
+    // Whether the last read waited less than k_quick_read (the next one is
+    // then a drained read), and when the current one began.
+    bool m_quick_reads = true;
+    std::chrono::steady_clock::time_point m_read_began;
     // Runs while the connection reads after short reads; m_probe_reads is
     // m_reads when it was set.
     asio::steady_timer m_probe_timer;
     bool m_probe_armed = false;
+    bool m_probe_saw_bytes = false;
     std::uint64_t m_probe_reads = 0;
     Context& m_context;
     std::uint64_t m_id;

@@ -10,13 +10,20 @@
 // the kernel had no more) as "exhausted", as Asio does for an empty one; the
 // reactor then skips the try until the socket's next event.
 //
-// One case needs help: end-of-file that arrives with the last bytes (a
-// client that sends its last request and closes, or shuts down writing,
-// before the daemon reads) raises one event for both. The short read takes
-// the bytes, and no later event comes for the end-of-file. The caller
-// therefore probes a socket that has waited for an event after a short read
-// (Connection::probe_drained): a peek that finds end-of-file or bytes
-// re-arms the descriptor, and the kernel reports the event again.
+// Two cases need help, and the caller (Connection::probe_drained) peeks at a
+// socket that has waited 10 ms for an event after a short read:
+// - End-of-file that arrives with the last bytes (a client that sends its
+//   last request and closes, or shuts down writing, before the daemon reads)
+//   raises one event for both. The short read takes the bytes, and no later
+//   event comes for the end-of-file. The peek finds it, and the caller shuts
+//   down its own reading side, which raises an event.
+// - A recv on a Unix socket also stops short, with bytes still queued, at a
+//   message that carries descriptors (SCM_RIGHTS) or at an out-of-band mark:
+//   no client of ours sends either. Bytes that two peeks find with no read
+//   in between end the connection.
+// A connection whose reads wait long (a client that computes between its
+// requests) reads as Asio does (`drained` false): its next read tries a recv
+// first, and there is nothing to probe; see Connection::k_quick_read.
 //
 // Built on Boost 1.74's reactor interface (asio::detail); another Boost
 // version uses the plain async_read_some, which never claims a drained
@@ -54,10 +61,12 @@ class RecvOp : public ad::reactor_op {
 public:
     BOOST_ASIO_DEFINE_HANDLER_PTR(RecvOp);
 
-    RecvOp(int socket, asio::mutable_buffer buffer, Handler& handler, const IoExecutor& io_ex)
+    RecvOp(int socket, asio::mutable_buffer buffer, bool drained, Handler& handler,
+           const IoExecutor& io_ex)
         : ad::reactor_op(boost::system::error_code(), &RecvOp::do_perform, &RecvOp::do_complete)
         , m_socket(socket)
         , m_buffer(buffer)
+        , m_drained(drained)
         , m_handler(std::move(handler))
         , m_work(m_handler, io_ex) {}
 
@@ -69,8 +78,11 @@ public:
             return not_done; // EAGAIN: the reactor waits for an event
         }
         // Fewer bytes than there was room for (or end-of-file, or an error):
-        // the kernel had nothing more.
-        return op->bytes_transferred_ < op->m_buffer.size() ? done_and_exhausted : done;
+        // the kernel had nothing more. Asio's own operation says so of
+        // end-of-file only.
+        const bool exhausted = op->m_drained ? op->bytes_transferred_ < op->m_buffer.size()
+                                             : op->bytes_transferred_ == 0;
+        return exhausted ? done_and_exhausted : done;
     }
 
     static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
@@ -93,6 +105,7 @@ public:
 private:
     int m_socket;
     asio::mutable_buffer m_buffer;
+    bool m_drained;
     Handler m_handler;
     ad::handler_work<Handler, IoExecutor> m_work;
 };
@@ -105,20 +118,21 @@ struct SocketAccess : UnixSocket {
 
 } // namespace drained_detail
 
-// async_read_some on `socket` into `buffer` (not empty), reporting a short
-// read to the reactor as having drained the socket. `reactor` is the socket's
-// io_context's reactor (drained_reactor()), looked up once per connection.
+// async_read_some on `socket` into `buffer` (not empty); when `drained`, a
+// short read tells the reactor that it drained the socket. `reactor` is the
+// socket's io_context's reactor (drained_reactor()), looked up once per
+// connection.
 template <typename Token>
 auto async_read_drained(UnixSocket& socket, asio::detail::reactor& reactor,
-                        asio::mutable_buffer buffer, Token&& token) {
-    auto initiate = [&socket, &reactor, buffer](auto handler) {
+                        asio::mutable_buffer buffer, bool drained, Token&& token) {
+    auto initiate = [&socket, &reactor, buffer, drained](auto handler) {
         using Handler = decltype(handler);
         using Op = drained_detail::RecvOp<Handler, Executor>;
         auto& io = drained_detail::SocketAccess::impl(socket);
         auto& impl = io.get_implementation();
         const bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
         typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
-        p.p = new (p.v) Op(impl.socket_, buffer, handler, io.get_executor());
+        p.p = new (p.v) Op(impl.socket_, buffer, drained, handler, io.get_executor());
         if ((impl.state_ & asio::detail::socket_ops::non_blocking) != 0 ||
             asio::detail::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true,
                                                                 p.p->ec_)) {
@@ -143,7 +157,7 @@ inline constexpr bool k_drained_reads = true;
 
 struct NoReactor {};
 template <typename Token>
-auto async_read_drained(UnixSocket& socket, NoReactor&, asio::mutable_buffer buffer,
+auto async_read_drained(UnixSocket& socket, NoReactor&, asio::mutable_buffer buffer, bool,
                         Token&& token) {
     return socket.async_read_some(buffer, std::forward<Token>(token));
 }

@@ -3,6 +3,7 @@ many writes, and Inductor's pattern of short-lived connections."""
 
 from __future__ import annotations
 
+import array
 import os
 import signal
 import socket
@@ -172,6 +173,7 @@ def test_end_of_file_that_comes_with_the_last_request_ends_the_connection(daemon
     for i in range(rounds):
         c = RespConnection(daemon.socket, timeout=5.0)
         assert c.command("PING") == "PONG"  # the read after this one waits for an event
+        time.sleep(0.05)
         os.kill(pid, signal.SIGSTOP)
         try:
             wait_for(lambda: _stopped(pid), timeout=5.0, what="the daemon stopped")
@@ -190,3 +192,32 @@ def test_end_of_file_that_comes_with_the_last_request_ends_the_connection(daemon
             c.close()
     wait_for(lambda: daemon.stats()["daemon"]["connections_active"] == baseline, timeout=5.0,
              what="the closed connections to end")
+
+
+def test_bytes_no_read_can_take_end_the_connection(daemon):
+    """A recv on a Unix socket stops short of bytes queued behind a message that
+    carries descriptors (SCM_RIGHTS), and no event comes for them: a read that
+    waits for one would wait for good, and its probe would wake every 10 ms.
+    No client of ours passes descriptors; the connection is answered as far as
+    the daemon could read, then closed and counted, and others are served."""
+    pid = daemon.proc.pid
+    before = daemon.stats()["daemon"]["protocol_errors"]
+    c = RespConnection(daemon.socket, timeout=5.0)
+    assert c.command("PING") == "PONG"
+    time.sleep(0.05)  # the daemon waits for the next event
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _stopped(pid), timeout=5.0, what="the daemon stopped")
+        with open(os.devnull, "rb") as passed:
+            c.sock.sendmsg([encode("ECHO", "first")],
+                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [passed.fileno()]))])
+        c.send(encode("ECHO", "second"))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    start = time.monotonic()
+    assert c.reply() == b"first"
+    assert c.closed_by_peer(), ("the connection stayed open", c.buf)
+    assert time.monotonic() - start < 2.0
+    c.close()
+    assert daemon.stats()["daemon"]["protocol_errors"] == before + 1
+    assert RespConnection(daemon.socket).command("PING") == "PONG"
