@@ -501,21 +501,28 @@ void Connection::write_front() {
     }
     std::vector<asio::const_buffer> rest(first, buffers.end());
     rest.front() += skip;
-    asio::async_write(
-        m_socket, rest,
+    // One write at a time, not async_write's whole batch, so that
+    // writer_progress() sees a client that reads a large reply slowly make
+    // progress.
+    m_socket.async_write_some(
+        rest,
         asio::bind_executor(m_executor, [self = shared_from_this()](
                                             const boost::system::error_code& ec, std::size_t n) {
             self->remove_queued(std::min(n, self->m_queued_bytes));
-            self->m_front_written = 0;
+            self->m_written += n;
+            self->m_front_written += n;
             if (ec) {
                 self->m_write_failed = true;
                 self->m_queued.clear();
+                self->m_front_written = 0;
                 self->remove_queued(self->m_queued_bytes);
-            } else {
+            } else if (self->m_front_written >= self->m_queued.front().size()) {
                 self->m_queued.pop_front();
+                self->m_front_written = 0;
             }
             if (self->m_queued.empty()) {
                 self->m_writing = false;
+                self->m_write_stall_deadline = std::chrono::steady_clock::time_point::max();
             } else {
                 self->write_front();
             }
@@ -525,7 +532,37 @@ void Connection::write_front() {
 
 awaitable<void> Connection::writer_progress() {
     boost::system::error_code ec;
+    const std::uint64_t held = m_lease.bytes() + m_session_held;
+    if (held == 0) {
+        co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
+        co_return;
+    }
+    if (m_write_stall_deadline == std::chrono::steady_clock::time_point::max()) {
+        m_write_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
+        m_written_at_deadline = m_written;
+    }
+    const std::uint64_t generation = ++m_stall_generation;
+    m_stall_timer.expires_at(m_write_stall_deadline);
+    m_stall_timer.async_wait([this, self = shared_from_this(), generation,
+                              held](const boost::system::error_code& waited) {
+        if (waited || generation != m_stall_generation) {
+            return; // the writer moved first
+        }
+        m_context.stats.daemon().stalled_requests++;
+        logger("session").warn("[{}] its client read less than {} bytes of replies in {} s "
+                               "while holding {} bytes of daemon.max_inflight_bytes; closing",
+                               m_id, k_stall_progress, k_inflight_patience.count() / 1000, held);
+        // The writer fails, which ends the session's wait.
+        boost::system::error_code ignored;
+        m_socket.cancel(ignored);
+    });
     co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
+    ++m_stall_generation;
+    m_stall_timer.cancel();
+    if (m_written - m_written_at_deadline >= k_stall_progress) {
+        m_write_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
+        m_written_at_deadline = m_written;
+    }
 }
 
 awaitable<bool> Connection::written() {

@@ -156,6 +156,12 @@ private:
     // Starts an async_write of the front of m_queued (on the loop's thread).
     void write_front();
     // Waits until the writer has made progress or ended.
+    // While the connection holds part of the in-flight budget (commands
+    // queued by MULTI whose EXEC waits to send more replies, or requests read
+    // but not yet answered), its client must read k_stall_progress bytes of
+    // replies within every k_inflight_patience, or the connection is closed
+    // and counted (stalled_requests), as read_some_watched does for a
+    // client that stops sending.
     awaitable<void> writer_progress();
     // How many reply bytes this connection may have queued before it waits
     // for its client to read them (k_max_queued_output, or
@@ -201,6 +207,13 @@ private:
         std::chrono::steady_clock::time_point::max();
     std::uint64_t m_stall_progress = 0;
     std::uint64_t m_session_held = 0;
+    // writer_progress's deadline (time_point::max(): not watching; reset
+    // when the writer has written everything), and the bytes written by
+    // the writer so far and when that deadline was set.
+    std::chrono::steady_clock::time_point m_write_stall_deadline =
+        std::chrono::steady_clock::time_point::max();
+    std::uint64_t m_written = 0;
+    std::uint64_t m_written_at_deadline = 0;
     // The loop's reactor, for async_read_drained.
     std::remove_reference_t<decltype(drained_reactor(std::declval<Executor>()))>* m_reactor;
     // Reads of the socket ended so far; whether the last one was short (the

@@ -111,7 +111,7 @@ constexpr Field k_daemon_fields[] = {
     {"inflight_refused", "pt2cache_inflight_refused_total", "counter",
      "Requests refused: no room in daemon.max_inflight_bytes"},
     {"stalled_requests", "pt2cache_stalled_requests_total", "counter",
-     "Connections closed: holding in-flight budget, under 64 KiB received in 10 s"},
+     "Connections closed: holding in-flight budget, under 64 KiB received or read in 10 s"},
     {"small_store_recoveries", "pt2cache_small_store_recoveries_total", "counter",
      "Unusable small.mdb files moved aside and replaced"},
     {"small_store_salvaged", "pt2cache_small_store_salvaged_total", "counter",

@@ -127,8 +127,10 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> connections_over_limit{0};
     // Requests refused: no room in daemon.max_inflight_bytes in time.
     std::atomic<std::uint64_t> inflight_refused{0};
-    // Connections closed for receiving under 64 KiB in 10 s while holding
-    // part of daemon.max_inflight_bytes (Connection::read_some_watched).
+    // Connections closed for receiving under 64 KiB in 10 s, or for their
+    // client reading under 64 KiB of replies in 10 s, while holding part of
+    // daemon.max_inflight_bytes (Connection::read_some_watched,
+    // Connection::writer_progress).
     std::atomic<std::uint64_t> stalled_requests{0};
     // small.mdb files LMDB refused, moved aside and replaced by a fresh store.
     std::atomic<std::uint64_t> small_store_recoveries{0};

@@ -241,6 +241,59 @@ def test_queued_transactions_take_from_the_in_flight_budget(make_daemon):
         c.close()
 
 
+def test_a_transaction_whose_replies_are_never_read_gives_its_budget_back(make_daemon):
+    """EXEC runs its commands while sending their replies; one whose client
+    stops reading waits for it, and the commands still queued held their part
+    of max_inflight_bytes for as long as the connection stayed open (helper
+    review). Like a client that stops sending, it must read 64 KiB of replies
+    in every 10 s: otherwise it is closed and counted, and the budget comes
+    back."""
+    d = make_daemon("--set", "daemon.max_value_size=8MiB")
+    big = b"g" * (1 << 20)
+    assert RespConnection(d.socket).command("SET", "tx-big", big) == "OK"
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    # 24 MiB of GET replies, more than the 16 MiB a connection may queue,
+    # then a 4 MiB SET that stays queued (held) while EXEC waits.
+    c.sendall(encode("MULTI") + encode("GET", "tx-big") * 24 +
+              encode("SET", "tx-after", b"s" * (4 << 20)) + encode("EXEC"))
+    wait_for(lambda: d.stats()["daemon"]["inflight_bytes"] >= 4 << 20, timeout=10,
+             what="EXEC to wait with the SET still queued")
+    started = time.monotonic()
+    wait_for(lambda: d.stats()["daemon"]["stalled_requests"] == 1, timeout=20,
+             what="the transaction to be closed as stalled")
+    assert 8 < time.monotonic() - started < 15
+    wait_for(lambda: d.stats()["daemon"]["inflight_bytes"] == 0, timeout=5,
+             what="the queued SET's budget to come back")
+    assert RespConnection(d.socket).command("GET", "tx-after") is None  # never ran
+    c.close()
+
+
+def test_a_transaction_read_slowly_is_not_closed(make_daemon):
+    """The same transaction read by a client that takes 64 KiB every half
+    second runs to its end."""
+    d = make_daemon("--set", "daemon.max_value_size=8MiB")
+    big = b"g" * (1 << 20)
+    assert RespConnection(d.socket).command("SET", "tx-big", big) == "OK"
+    c = RespConnection(d.socket, timeout=30)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.send(encode("MULTI") + encode("GET", "tx-big") * 18 +
+           encode("SET", "tx-after", b"s" * (2 << 20)) + encode("EXEC"))
+    wait_for(lambda: d.stats()["daemon"]["inflight_bytes"] >= 2 << 20, timeout=10,
+             what="EXEC to wait with the SET still queued")
+    # Slowly for 12 s (past the 10 s rule), then at full speed.
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        c.buf += c.sock.recv(64 << 10)
+        time.sleep(0.5)
+    assert c.reply() == "OK"
+    assert [c.reply() for _ in range(19)] == ["QUEUED"] * 19
+    assert c.reply() == [big] * 18 + ["OK"]
+    assert d.stats()["daemon"]["stalled_requests"] == 0
+    c.close()
+
+
 def test_client_names_are_checked_as_redis_does(server):
     d, _, real = server
     for target in (d.socket, real.socket):
