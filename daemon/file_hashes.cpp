@@ -177,6 +177,7 @@ bool FileHashCache::lookup(const std::string& path, const FileStamp& stamp, prot
     if (it->second->stamp != stamp) {
         const auto node = it->second;
         m_map.erase(it);
+        m_bytes -= cost(*node);
         m_lru.erase(node);
         return false;
     }
@@ -198,14 +199,22 @@ void FileHashCache::remember(const std::string& path, const FileStamp& stamp,
     if (const auto it = m_map.find(path); it != m_map.end()) {
         const auto node = it->second;
         m_map.erase(it);
+        m_bytes -= cost(*node);
         dropped.splice(dropped.end(), m_lru, node);
     }
     m_lru.splice(m_lru.begin(), fresh);
     m_map.emplace(std::string_view(m_lru.front().path), m_lru.begin());
-    while (m_lru.size() > m_capacity) {
+    m_bytes += cost(m_lru.front());
+    while (!m_lru.empty() && (m_lru.size() > m_capacity || m_bytes > m_max_bytes)) {
         m_map.erase(std::string_view(m_lru.back().path));
+        m_bytes -= cost(m_lru.back());
         dropped.splice(dropped.end(), m_lru, std::prev(m_lru.end()));
     }
+}
+
+std::size_t FileHashCache::bytes() const {
+    std::lock_guard lock(m_mutex);
+    return m_bytes;
 }
 
 std::size_t FileHashCache::size() const {

@@ -51,17 +51,24 @@ struct FileHashCounters {
     std::uint64_t bytes_hashed = 0;
 };
 
-// A bounded LRU of path → (stamp, hash). Thread-safe.
+// A bounded LRU of path → (stamp, hash), by count and by bytes (paths may
+// be 4 KiB long). Thread-safe.
 class FileHashCache {
 public:
     static constexpr std::size_t k_default_capacity = 65'536;
+    static constexpr std::size_t k_default_max_bytes = 32u << 20;
+    // What an entry costs beyond its path: the list node, the map's entry
+    // and the stamp and hash (counted, not measured).
+    static constexpr std::size_t k_entry_overhead = 160;
     static constexpr std::uint64_t k_max_file = 2ull << 30;
     // A file changed this recently is hashed but not remembered.
     static constexpr std::chrono::seconds k_racy_window{2};
 
     explicit FileHashCache(std::size_t capacity = k_default_capacity,
-                           std::chrono::nanoseconds racy_window = k_racy_window)
+                           std::chrono::nanoseconds racy_window = k_racy_window,
+                           std::size_t max_bytes = k_default_max_bytes)
         : m_capacity(capacity)
+        , m_max_bytes(max_bytes)
         , m_racy_window(racy_window) {}
 
     // Stats `path` and answers its hash, from the cache when the stamp
@@ -76,6 +83,8 @@ public:
                                           std::chrono::steady_clock::time_point deadline);
 
     std::size_t size() const;
+    // What the remembered entries cost, as counted against max_bytes.
+    std::size_t bytes() const;
     FileHashCounters counters() const;
     // Zeroes the counters (STATS with ZERO); the cached hashes stay.
     void reset_counters();
@@ -88,11 +97,14 @@ private:
     };
     using List = std::list<Node>;
 
+    static std::size_t cost(const Node& node) { return node.path.size() + k_entry_overhead; }
     bool lookup(const std::string& path, const FileStamp& stamp, proto::FileHash& out);
     void remember(const std::string& path, const FileStamp& stamp, const proto::FileHash& hash);
 
     const std::size_t m_capacity;
+    const std::size_t m_max_bytes;
     const std::chrono::nanoseconds m_racy_window;
+    std::size_t m_bytes = 0;
     mutable std::mutex m_mutex;
     List m_lru; // most recent first
     std::unordered_map<std::string_view, List::iterator> m_map;

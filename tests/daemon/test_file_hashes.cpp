@@ -78,6 +78,27 @@ TEST_CASE("file hash cache: stat changes, bound and deadline", "[daemon][file_ha
     cache.hash(write((dir / "c").string(), "c"));
     CHECK(cache.size() == 2);
 
+    // And at most max_bytes of them: a long path takes more room.
+    const auto longer = write((dir / std::string(200, 'l')).string(), "l");
+    const auto d = write((dir / "d").string(), "d");
+    const auto e = write((dir / "e").string(), "e");
+    const std::size_t long_cost = longer.size() + FileHashCache::k_entry_overhead;
+    const std::size_t short_cost = d.size() + FileHashCache::k_entry_overhead;
+    FileHashCache by_bytes(100, std::chrono::nanoseconds(0), long_cost + 2 * short_cost - 1);
+    by_bytes.hash(longer);
+    by_bytes.hash(d);
+    CHECK(by_bytes.size() == 2);
+    CHECK(by_bytes.bytes() == long_cost + short_cost);
+    by_bytes.hash(e); // the long one, least recent, makes room
+    CHECK(by_bytes.size() == 2);
+    CHECK(by_bytes.bytes() == 2 * short_cost);
+    by_bytes.hash(longer); // read again, then d makes room
+    CHECK(by_bytes.counters().hashed == 4);
+    CHECK(by_bytes.size() == 2);
+    CHECK(by_bytes.bytes() == long_cost + short_cost);
+    by_bytes.hash(e);
+    CHECK(by_bytes.counters().hits == 1);
+
     // A deadline already passed: every file is skipped.
     const std::string_view paths[] = {a, a};
     const auto skipped =
