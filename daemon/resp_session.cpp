@@ -62,7 +62,7 @@ awaitable<void> RespSession::run() {
         while (input.size() >= parse_at) {
             const auto max_value = m_context.max_value.load();
             const proto::resp::Limits limits{std::max(proto::resp::k_max_bulk, max_value),
-                                             max_value};
+                                             max_value, !authenticated()};
             auto result =
                 proto::resp::parse_command(input.readable(), limits, std::move(m_args), &resume);
             if (auto* need = std::get_if<proto::resp::NeedMore>(&result)) {

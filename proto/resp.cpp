@@ -176,6 +176,9 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
     if (count > std::int64_t(k_max_multibulk)) {
         return ProtocolError{"invalid multibulk length"};
     }
+    if (limits.unauthenticated && count > std::int64_t(k_max_unauthenticated_multibulk)) {
+        return ProtocolError{"unauthenticated multibulk length"};
+    }
     Command command;
     command.args = std::move(reuse);
     command.args.clear();
@@ -237,6 +240,9 @@ ParseResult parse_command(std::span<const std::byte> bytes, const Limits& limits
         }
         if (length < 0 || std::uint64_t(length) > limits.max_bulk) {
             return ProtocolError{"invalid bulk length"};
+        }
+        if (limits.unauthenticated && std::uint64_t(length) > k_max_unauthenticated_bulk) {
+            return ProtocolError{"unauthenticated bulk length"};
         }
         if (std::uint64_t(length) > limits.max_value) {
             return TooLarge{std::size_t(i), std::uint64_t(length)};

@@ -18,6 +18,11 @@ inline constexpr std::size_t k_max_multibulk = 1024 * 1024;
 inline constexpr std::size_t k_max_inline = 64 * 1024;
 // Redis's default proto-max-bulk-len.
 inline constexpr std::uint64_t k_max_bulk = 512ull << 20;
+// Redis's limits for a client that must authenticate and has not: a command
+// of more arguments, or an argument longer, is a protocol error, so that a
+// stranger cannot make the server buffer a large request.
+inline constexpr std::size_t k_max_unauthenticated_multibulk = 10;
+inline constexpr std::uint64_t k_max_unauthenticated_bulk = 16 * 1024;
 
 struct Limits {
     // A longer bulk string is a protocol error ("invalid bulk length").
@@ -25,6 +30,9 @@ struct Limits {
     // A longer bulk string (within max_bulk) is reported as TooLarge as soon
     // as its length is read, before its bytes arrive.
     std::uint64_t max_value = k_max_bulk;
+    // The client must authenticate and has not: Redis's lower limits
+    // (k_max_unauthenticated_multibulk, k_max_unauthenticated_bulk) apply.
+    bool unauthenticated = false;
 };
 
 // One command; the arguments point into the parsed buffer.

@@ -95,6 +95,15 @@ TEST_CASE("hostile RESP is refused with Redis's wording", "[proto][resp]") {
     CHECK(error_of(parse("*1\r\n$11\r\nhello", Limits{.max_bulk = 10})) == "invalid bulk length");
     CHECK(error_of(parse("*" + std::string(70 * 1024, '1'))) == "too big mbulk count string");
 
+    // Before AUTH, where a password is required: Redis's lower limits.
+    const Limits stranger{.unauthenticated = true};
+    CHECK(error_of(parse("*11\r\n", stranger)) == "unauthenticated multibulk length");
+    CHECK(std::holds_alternative<NeedMore>(parse("*10\r\n", stranger)));
+    CHECK(error_of(parse("*2\r\n$3\r\nSET\r\n$16385\r\n", stranger)) ==
+          "unauthenticated bulk length");
+    CHECK(std::holds_alternative<NeedMore>(parse("*2\r\n$3\r\nSET\r\n$16384\r\n", stranger)));
+    CHECK(error_of(parse("*1\r\n$-5\r\n", stranger)) == "invalid bulk length");
+
     SECTION("a claimed count larger than the buffer reserves nothing huge") {
         auto result = parse("*1048576\r\n$1\r\na\r\n");
         CHECK(std::holds_alternative<NeedMore>(result));

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pt2harness import RedisServer
-from resp_helpers import REDIS_PY_VERSIONS, RespConnection, RespError, run_redispy
+from resp_helpers import REDIS_PY_VERSIONS, RespConnection, RespError, encode, run_redispy
 
 PASSWORD = "s3cret"
 
@@ -121,3 +121,39 @@ def test_no_password_configured(daemon, tmp_root):
         c.close()
     finally:
         r.stop()
+
+
+def stranger_transcript(sock) -> list:
+    """Commands too large for a client that has not authenticated, each on a
+    connection of its own (the error closes it), then the same after AUTH."""
+    replies = []
+    big = b"x" * 16385
+    for data in (encode(*["ECHO"] + ["a"] * 10),                 # 11 arguments
+                 encode("ECHO", b"y" * 16384),                    # at the limit: NOAUTH
+                 encode("SET", "k", big)):                        # one byte over
+        c = RespConnection(sock)
+        c.send(data)
+        replies.append(c.reply())
+        replies.append(c.closed_by_peer(timeout=2.0))
+        c.close()
+    c = RespConnection(sock)
+    assert c.command("AUTH", PASSWORD) == "OK"
+    replies.append(c.command("SET", "k", big))
+    replies.append(c.command(*["EXISTS"] + ["k"] * 11))
+    c.close()
+    return replies
+
+
+def test_unauthenticated_limits_match_redis_server(auth_daemon, auth_redis):
+    """Where a password is required, a client that has not authenticated may
+    send at most 10 arguments of at most 16 KiB each (Redis's rule since
+    CVE-2021-32675): a stranger cannot make the daemon buffer a large request."""
+    ours = stranger_transcript(auth_daemon.socket)
+    assert ours[0] == RespError("ERR Protocol error: unauthenticated multibulk length")
+    assert ours[1] is True
+    assert ours[2] == RespError("NOAUTH Authentication required.")
+    assert ours[3] is False
+    assert ours[4] == RespError("ERR Protocol error: unauthenticated bulk length")
+    assert ours[5] is True
+    assert ours[6:] == ["OK", 11]
+    assert ours == stranger_transcript(auth_redis.socket)
