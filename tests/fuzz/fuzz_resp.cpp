@@ -144,5 +144,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (std::holds_alternative<Command>(whole)) {
         check_prefixes(input, limited, small);
     }
+
+    // Before AUTH: a multibulk command of more than 10 arguments, or with
+    // one over 16 KiB, is a protocol error; a command within them parses
+    // as before.
+    Limits stranger;
+    stranger.unauthenticated = true;
+    const auto guarded = parse_command(input, stranger);
+    if (command && input[0] == std::byte{'*'}) {
+        const bool within =
+            command->args.size() <= k_max_unauthenticated_multibulk &&
+            std::all_of(command->args.begin(), command->args.end(), [](std::string_view arg) {
+                return arg.size() <= k_max_unauthenticated_bulk;
+            });
+        FUZZ_CHECK(within ? same_outcome(guarded, whole)
+                          : std::holds_alternative<ProtocolError>(guarded));
+    } else if (command) {
+        FUZZ_CHECK(same_outcome(guarded, whole));
+    }
     return 0;
 }
