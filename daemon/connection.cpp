@@ -531,22 +531,39 @@ void Connection::write_front() {
 }
 
 awaitable<void> Connection::writer_progress() {
+    using Clock = std::chrono::steady_clock;
     boost::system::error_code ec;
+    // Over daemon.max_reply_bytes (output_limit()'s lower bound) the total
+    // may drop, or the limit rise, with no event of this connection's own:
+    // look again every k_reply_pressure_recheck.
+    const bool pressure = m_queued_bytes <= k_max_queued_output;
+    if (pressure) {
+        m_writer_event.expires_after(k_reply_pressure_recheck);
+    }
     const std::uint64_t held = m_lease.bytes() + m_session_held;
     if (held == 0) {
+        m_write_stall_deadline = Clock::time_point::max();
         co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
+        m_writer_event.expires_at(Clock::time_point::max());
         co_return;
     }
-    if (m_write_stall_deadline == std::chrono::steady_clock::time_point::max()) {
-        m_write_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
+    // A new deadline when none runs, or when the client has read enough
+    // since the last one was set (an earlier wait may have ended with
+    // replies still queued, leaving its deadline behind).
+    if (m_write_stall_deadline == Clock::time_point::max() ||
+        m_written - m_written_at_deadline >= k_stall_progress) {
+        m_write_stall_deadline = Clock::now() + k_inflight_patience;
         m_written_at_deadline = m_written;
     }
     const std::uint64_t generation = ++m_stall_generation;
     m_stall_timer.expires_at(m_write_stall_deadline);
     m_stall_timer.async_wait([this, self = shared_from_this(), generation,
                               held](const boost::system::error_code& waited) {
-        if (waited || generation != m_stall_generation) {
-            return; // the writer moved first
+        // The writer's progress may have been handled first in the same
+        // round of the loop: then it is no stall.
+        if (waited || generation != m_stall_generation || !m_writing ||
+            m_written - m_written_at_deadline >= k_stall_progress) {
+            return;
         }
         m_context.stats.daemon().stalled_requests++;
         logger("session").warn("[{}] its client read less than {} bytes of replies in {} s "
@@ -557,12 +574,9 @@ awaitable<void> Connection::writer_progress() {
         m_socket.cancel(ignored);
     });
     co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
+    m_writer_event.expires_at(Clock::time_point::max());
     ++m_stall_generation;
     m_stall_timer.cancel();
-    if (m_written - m_written_at_deadline >= k_stall_progress) {
-        m_write_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
-        m_written_at_deadline = m_written;
-    }
 }
 
 awaitable<bool> Connection::written() {

@@ -106,6 +106,9 @@ public:
     // daemon.max_reply_bytes: many clients that do not read cannot make us
     // buffer 16 MiB each (1,024 connections: 16 GiB).
     static constexpr std::size_t k_max_queued_output_over_limit = 64u << 10;
+    // How often a connection waiting under that lower bound looks whether
+    // the daemon is still over daemon.max_reply_bytes.
+    static constexpr std::chrono::milliseconds k_reply_pressure_recheck{50};
     // How long a read waits after a short read before probe_drained() looks
     // for an end-of-file that raised no event of its own.
     static constexpr std::chrono::milliseconds k_drained_probe{10};
@@ -196,7 +199,8 @@ private:
     std::size_t m_queued_bytes = 0;
     bool m_writing = false;
     bool m_write_failed = false;
-    // Never expires: the writer cancels it to wake the session.
+    // The writer cancels it to wake the session; it expires only for a
+    // session waiting under daemon.max_reply_bytes (writer_progress).
     asio::steady_timer m_writer_event;
     // read_some_watched's deadline, moved on by each k_stall_progress bytes
     // received (time_point::max(): not watching); a wait that ends after the

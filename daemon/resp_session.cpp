@@ -48,6 +48,10 @@ RespSession::RespSession(Connection& connection)
     , m_latency(m_context.stats)
     , m_queue_lease(m_context.inflight) {}
 
+RespSession::~RespSession() {
+    m_connection.hold_for_session(0);
+}
+
 awaitable<void> RespSession::run() {
     auto& input = m_connection.input();
     std::size_t want = 0;

@@ -32,6 +32,11 @@ awaitable<void> serve_resp(Connection& connection);
 class RespSession {
 public:
     explicit RespSession(Connection& connection);
+    // Gives back what the session held (commands queued by MULTI): the
+    // connection's last writes are not watched for it.
+    ~RespSession();
+    RespSession(const RespSession&) = delete;
+    RespSession& operator=(const RespSession&) = delete;
 
     awaitable<void> run();
 

@@ -1,0 +1,203 @@
+"""Replies a client has not read (docs/architecture.md, "Limits on untrusted
+input"): bounded per connection and, past daemon.max_reply_bytes, for all
+connections together; a connection held back by that bound goes on once the
+daemon is under it again; and a client that stops reading while its
+connection holds part of daemon.max_inflight_bytes is closed, one that reads
+steadily never."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from integ_helpers import vm_rss_kib
+from pt2harness import RawConnection, wait_for
+
+
+def echo(message: bytes) -> bytes:
+    return b"*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n" % (len(message), message)
+
+
+def command(*args: bytes) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+def test_replies_queued_for_clients_that_do_not_read_are_bounded(make_daemon):
+    """Twelve clients pipeline 60 KB ECHOs and read nothing. Each connection may
+    queue 16 MiB of replies, but once all of them together pass
+    daemon.max_reply_bytes a connection with more than 64 KiB queued reads no
+    further command until its client reads: the daemon holds about the limit,
+    not 12 x 16 MiB. Another client is served meanwhile, and once the twelve
+    read, every reply arrives, whole and in order."""
+    d = make_daemon("--set", "daemon.max_reply_bytes=4MiB")
+    rss_before = vm_rss_kib(d.proc.pid)
+    size = 60000
+    reply_size = len(b"$%d\r\n" % size) + size + 2
+    conns, commands, sent = [], [], []
+    for i in range(12):
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(d.socket))
+        c.setblocking(False)
+        conns.append(c)
+        commands.append(b"*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n" % (size, bytes([65 + i]) * size))
+        sent.append(0)
+    # Send until the daemon has read nothing from any connection for a
+    # second (at most 400 commands, 24 MB, each).
+    deadline = time.monotonic() + 30
+    stalled_since = [None] * len(conns)
+
+    def all_stalled():
+        now = time.monotonic()
+        return all(since is not None and now - since > 1.0 for since in stalled_since)
+
+    while time.monotonic() < deadline and not all_stalled():
+        for i, c in enumerate(conns):
+            if stalled_since[i] and time.monotonic() - stalled_since[i] > 1.0:
+                continue
+            offset = sent[i] % len(commands[i])
+            if sent[i] >= 400 * len(commands[i]):
+                stalled_since[i] = stalled_since[i] or time.monotonic() - 2
+                continue
+            try:
+                sent[i] += c.send(commands[i][offset:])
+                stalled_since[i] = None
+            except BlockingIOError:
+                stalled_since[i] = stalled_since[i] or time.monotonic()
+                time.sleep(0.01)
+    assert all_stalled(), "the daemon kept reading"
+    assert vm_rss_kib(d.proc.pid) - rss_before < 64 * 1024
+    daemon_stats = d.stats()["daemon"]
+    assert daemon_stats["reply_limit"] == 4 << 20
+    # Without the shared limit each connection held up to 16 MiB (192 MiB).
+    assert daemon_stats["reply_bytes"] <= (4 << 20) + len(conns) * (256 << 10), daemon_stats
+    assert sum(sent) > len(conns) * reply_size
+    assert RawConnection(d.socket).hello() is not None  # others are still served
+    # Now read: the rest of each partial command goes out, and every reply
+    # comes back in order.
+    for i, c in enumerate(conns):
+        c.setblocking(True)
+        c.settimeout(20)
+        rest = -sent[i] % len(commands[i])
+        expected = (sent[i] + rest) // len(commands[i])
+        reader_error = []
+
+        def read_all(c=c, i=i, expected=expected):
+            try:
+                got = bytearray()
+                while len(got) < expected * reply_size:
+                    chunk = c.recv(1 << 20)
+                    assert chunk, "closed early"
+                    got += chunk
+                assert bytes(got) == (b"$%d\r\n%s\r\n" % (size, bytes([65 + i]) * size)) * expected
+            except Exception as e:  # noqa: BLE001 (reported below)
+                reader_error.append(e)
+
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        c.sendall(commands[i][len(commands[i]) - rest:])
+        reader.join(30)
+        assert not reader.is_alive() and not reader_error, reader_error
+        c.close()
+    wait_for(lambda: d.stats()["daemon"]["reply_bytes"] == 0, timeout=5,
+             what="the queued replies to be released")
+
+
+def test_a_connection_held_back_by_the_shared_bound_goes_on_once_under_it(make_daemon):
+    """X pipelines ECHOs and never reads, taking the daemon past
+    max_reply_bytes; Y then sends a pipeline whose replies it reads only once
+    everything is sent (as redis-py does), and is held back at 64 KiB. When X
+    leaves, nothing of Y's own wakes it: it must notice that the daemon is
+    under the bound again, and finish (review: it stayed stuck for good)."""
+    d = make_daemon("--set", "daemon.max_reply_bytes=2MiB")
+    x = socket.socket(socket.AF_UNIX)
+    x.connect(str(d.socket))
+    x.settimeout(0.5)
+    flood = echo(b"x" * 16000) * 200  # 3.2 MB of replies
+    try:
+        x.sendall(flood)
+    except socket.timeout:
+        pass  # the daemon stopped reading X
+    wait_for(lambda: d.stats()["daemon"]["reply_bytes"] > 2 << 20, timeout=10,
+             what="X to take the daemon past max_reply_bytes")
+    y = socket.socket(socket.AF_UNIX)
+    y.connect(str(d.socket))
+    y.settimeout(30)
+    pipeline = echo(b"y" * 1000) * 500  # 0.5 MB of replies
+    sent = threading.Event()
+    sender = threading.Thread(target=lambda: (y.sendall(pipeline), sent.set()))
+    sender.start()
+    time.sleep(1.0)
+    assert not sent.is_set(), "Y was not held back (the test proves nothing)"
+    x.close()
+    sender.join(10)
+    assert sent.is_set(), "Y stayed held back after X left"
+    expected = (b"$1000\r\n" + b"y" * 1000 + b"\r\n") * 500
+    got = bytearray()
+    while len(got) < len(expected):
+        chunk = y.recv(1 << 20)
+        assert chunk
+        got += chunk
+    assert bytes(got) == expected
+    y.close()
+    wait_for(lambda: d.stats()["daemon"]["reply_bytes"] == 0, timeout=5,
+             what="the queued replies to be released")
+
+
+def test_a_client_reading_steadily_is_never_taken_for_stalled(make_daemon):
+    """A client reads at most 64 KiB every 0.05 s (1.25 MiB/s). A first
+    transaction's EXEC waits for room until the last of its 20 MiB of replies
+    is queued (after about 3 s), then ends with 16 MiB still queued; 14 s
+    after it began, past the 10 s stall deadline that its last wait had set,
+    but with replies still queued, a second transaction's EXEC waits for room
+    again. That old deadline must not close a client that kept reading
+    (review: it was closed at once)."""
+    d = make_daemon("--set", "daemon.max_value_size=8MiB")
+    big = b"g" * (1 << 20)
+    setter = RawConnection(d.socket)
+    setter.send(command(b"SET", b"tx-big", big))
+    assert setter.sock.recv(16) == b"+OK\r\n"
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    got = bytearray()
+    fast = threading.Event()
+    done = threading.Event()
+
+    def reader():
+        c.settimeout(30)
+        while not done.is_set():
+            chunk = c.recv(64 << 10)
+            if not chunk:
+                return
+            got.extend(chunk)
+            if not fast.is_set():
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    transaction = [command(b"MULTI")] + [command(b"GET", b"tx-big")] * 20
+    c.sendall(b"".join(transaction) + command(b"SET", b"pad1", b"s" * (2 << 20)) +
+              command(b"EXEC"))
+    time.sleep(14)
+    assert len(got) < 20 << 20, "the first transaction's replies were all read: too fast"
+    c.sendall(b"".join(transaction[:15]) + command(b"SET", b"pad2", b"s" * (2 << 20)) +
+              command(b"EXEC"))
+    time.sleep(1)
+    fast.set()
+    reply = b"$%d\r\n%s\r\n" % (len(big), big)
+    # +OK, 21 x +QUEUED, then the EXEC array header, 20 GETs, +OK; twice
+    # (the second with 14 GETs).
+    expected = (len(b"+OK\r\n") + 21 * len(b"+QUEUED\r\n") + len(b"*21\r\n") + 20 * len(reply) +
+                len(b"+OK\r\n") + len(b"+OK\r\n") + 15 * len(b"+QUEUED\r\n") + len(b"*15\r\n") +
+                14 * len(reply) + len(b"+OK\r\n"))
+    wait_for(lambda: len(got) >= expected or not thread.is_alive(), timeout=30,
+             what="every reply")
+    done.set()
+    c.shutdown(socket.SHUT_RDWR)  # ends the reader's recv
+    thread.join(5)
+    c.close()
+    assert len(got) == expected
+    assert d.stats()["daemon"]["stalled_requests"] == 0
