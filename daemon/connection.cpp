@@ -234,7 +234,7 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     }
     std::size_t n = 0;
     if (m_lease.bytes() == 0 && m_session_held == 0) {
-        m_stall_deadline = std::chrono::steady_clock::time_point::max();
+        m_read_watch.stop();
         begin_read();
         n = co_await async_read_drained(m_socket, *m_reactor, space, m_quick_reads,
                                         asio::redirect_error(use_awaitable, ec));
@@ -252,13 +252,8 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
 
 awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
                                                      boost::system::error_code& ec) {
-    const auto now = std::chrono::steady_clock::now();
-    if (m_stall_deadline == std::chrono::steady_clock::time_point::max()) {
-        m_stall_deadline = now + k_inflight_patience;
-        m_stall_progress = 0;
-    }
     const std::uint64_t generation = ++m_stall_generation;
-    m_stall_timer.expires_at(m_stall_deadline);
+    m_stall_timer.expires_at(m_read_watch.due(m_received));
     m_stall_timer.async_wait(
         [this, self = shared_from_this(), generation](const boost::system::error_code& waited) {
             if (waited || generation != m_stall_generation) {
@@ -277,11 +272,6 @@ awaitable<std::size_t> Connection::read_some_watched(asio::mutable_buffer space,
     end_read(space.size(), n, ec);
     ++m_stall_generation;
     m_stall_timer.cancel();
-    m_stall_progress += n;
-    if (m_stall_progress >= k_stall_progress) {
-        m_stall_deadline = std::chrono::steady_clock::now() + k_inflight_patience;
-        m_stall_progress = 0;
-    }
     co_return n;
 }
 
@@ -455,7 +445,7 @@ void Connection::write_front() {
             }
             if (self->m_queued.empty()) {
                 self->m_writing = false;
-                self->m_write_stall_deadline = std::chrono::steady_clock::time_point::max();
+                self->m_write_watch.stop();
             } else {
                 self->write_front();
             }
@@ -469,33 +459,28 @@ awaitable<void> Connection::writer_progress() {
     // Over daemon.max_reply_bytes (output_limit()'s lower bound) the total
     // may drop, or the limit rise, with no event of this connection's own:
     // look again every k_reply_pressure_recheck.
-    const bool pressure = m_queued_bytes <= k_max_queued_output;
+    const bool pressure = output_limit() < k_max_queued_output;
     if (pressure) {
         m_writer_event.expires_after(k_reply_pressure_recheck);
     }
     const std::uint64_t held = m_lease.bytes() + m_session_held;
     if (held == 0) {
-        m_write_stall_deadline = Clock::time_point::max();
+        m_write_watch.stop();
         co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
         m_writer_event.expires_at(Clock::time_point::max());
         co_return;
     }
-    // A new deadline when none runs, or when the client has read enough
-    // since the last one was set (an earlier wait may have ended with
-    // replies still queued, leaving its deadline behind).
-    if (m_write_stall_deadline == Clock::time_point::max() ||
-        m_written - m_written_at_deadline >= k_stall_progress) {
-        m_write_stall_deadline = Clock::now() + k_inflight_patience;
-        m_written_at_deadline = m_written;
-    }
+    // An earlier wait may have ended with replies still queued, leaving its
+    // deadline behind: due() starts a new one once the client has read
+    // enough since.
     const std::uint64_t generation = ++m_stall_generation;
-    m_stall_timer.expires_at(m_write_stall_deadline);
+    m_stall_timer.expires_at(m_write_watch.due(m_written));
     m_stall_timer.async_wait([this, self = shared_from_this(), generation,
                               held](const boost::system::error_code& waited) {
         // The writer's progress may have been handled first in the same
         // round of the loop: then it is no stall.
         if (waited || generation != m_stall_generation || !m_writing ||
-            m_written - m_written_at_deadline >= k_stall_progress) {
+            m_write_watch.progressed(m_written)) {
             return;
         }
         m_context.stats.daemon().stalled_requests++;

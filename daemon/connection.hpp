@@ -202,22 +202,35 @@ private:
     // The writer cancels it to wake the session; it expires only for a
     // session waiting under daemon.max_reply_bytes (writer_progress).
     asio::steady_timer m_writer_event;
-    // read_some_watched's deadline, moved on by each k_stall_progress bytes
-    // received (time_point::max(): not watching); a wait that ends after the
-    // read did (another generation) does nothing.
+    // The stall rule's clock, one for each direction: a deadline
+    // k_inflight_patience ahead (time_point::max(): not watching), moved on
+    // each time the client has moved k_stall_progress more bytes.
+    struct StallWatch {
+        std::chrono::steady_clock::time_point deadline =
+            std::chrono::steady_clock::time_point::max();
+        std::uint64_t mark = 0; // the running total when the deadline was set
+
+        void stop() { deadline = std::chrono::steady_clock::time_point::max(); }
+        bool progressed(std::uint64_t total) const { return total - mark >= k_stall_progress; }
+        // The deadline to wait for, given the bytes moved so far: a new one
+        // when none runs or the client has moved enough since.
+        std::chrono::steady_clock::time_point due(std::uint64_t total) {
+            if (deadline == std::chrono::steady_clock::time_point::max() || progressed(total)) {
+                deadline = std::chrono::steady_clock::now() + k_inflight_patience;
+                mark = total;
+            }
+            return deadline;
+        }
+    };
+    // Both directions' stall waits (never at once); a wait that ends after
+    // the read or write it watched (another generation) does nothing.
     asio::steady_timer m_stall_timer;
     std::uint64_t m_stall_generation = 0;
-    std::chrono::steady_clock::time_point m_stall_deadline =
-        std::chrono::steady_clock::time_point::max();
-    std::uint64_t m_stall_progress = 0;
+    StallWatch m_read_watch;      // read_some_watched, over m_received
+    StallWatch m_write_watch;     // writer_progress, over m_written; stopped once all is written
+    std::uint64_t m_received = 0; // bytes read from the socket
+    std::uint64_t m_written = 0;  // bytes the writer wrote
     std::uint64_t m_session_held = 0;
-    // writer_progress's deadline (time_point::max(): not watching; reset
-    // when the writer has written everything), and the bytes written by
-    // the writer so far and when that deadline was set.
-    std::chrono::steady_clock::time_point m_write_stall_deadline =
-        std::chrono::steady_clock::time_point::max();
-    std::uint64_t m_written = 0;
-    std::uint64_t m_written_at_deadline = 0;
     // The loop's reactor, for async_read_drained.
     std::remove_reference_t<decltype(drained_reactor(std::declval<Executor>()))>* m_reactor;
     // Reads of the socket ended so far; whether the last one was short (the

@@ -20,6 +20,7 @@ void Connection::begin_read() {
 void Connection::end_read(std::size_t room, std::size_t n, const boost::system::error_code& ec) {
     m_reading = false;
     ++m_reads;
+    m_received += n;
     m_probe_saw_bytes = false;
     m_drained = k_drained_reads && m_quick_reads && !ec && n < room;
     m_quick_reads = std::chrono::steady_clock::now() - m_read_began < k_quick_read;

@@ -56,11 +56,7 @@ void RespSession::reset() {
     m_version = 2;
     m_authenticated = false;
     m_name.clear();
-    m_in_multi = false;
-    m_multi_failed = false;
-    m_queued.clear();
-    m_queued_bytes = 0;
-    release_queue(0);
+    discard_transaction();
 }
 
 RespSession::Next RespSession::auth(Args args) {

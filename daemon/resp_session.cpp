@@ -257,11 +257,7 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
         if (!m_in_multi) {
             reply.error("ERR DISCARD without MULTI");
         } else {
-            m_in_multi = false;
-            m_multi_failed = false;
-            m_queued.clear();
-            m_queued_bytes = 0;
-            release_queue(0);
+            discard_transaction();
             reply.simple("OK");
         }
         co_return Next::keep;
@@ -278,6 +274,14 @@ std::uint64_t RespSession::queued_bytes(Args args) {
         bytes += arg.size() + sizeof(std::string);
     }
     return bytes;
+}
+
+void RespSession::discard_transaction() {
+    m_in_multi = false;
+    m_multi_failed = false;
+    m_queued.clear();
+    m_queued_bytes = 0;
+    release_queue(0);
 }
 
 void RespSession::release_queue(std::uint64_t bytes) {

@@ -67,6 +67,8 @@ private:
     awaitable<Next> queue(const std::string& name, Args args);
     // What a queued command's copies count (its arguments and their strings).
     static std::uint64_t queued_bytes(Args args);
+    // Ends a transaction without running it (DISCARD, RESET).
+    void discard_transaction();
     // Shrinks the queued commands' lease to `bytes`, and tells the connection.
     void release_queue(std::uint64_t bytes);
     // Tells the connection what the queued commands hold, from 1 MiB (reads

@@ -240,8 +240,9 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
     // A large value stored compressed (a few KiB here) that a reply still
     // holds is shared, as an entry file's is (see load_file). Only a large
     // one's header is decoded twice.
-    const bool large = declared_value_size(stored.bytes()) >= SharedReads::k_min_value_size &&
-                       stored.size() >= k_entry_trailer_size;
+    // A declared size comes only from a whole header, so a trailer is there.
+    static_assert(k_entry_header_size > k_entry_trailer_size);
+    const bool large = declared_value_size(stored.bytes()) >= SharedReads::k_min_value_size;
     const auto checksum = large ? trailer_checksum(stored.bytes().last<k_entry_trailer_size>()) : 0;
     if (large) {
         const auto header = decode_header(stored.bytes());
