@@ -140,6 +140,14 @@ class Native:
         assert (op, rid) == (OP["put"], self.rid)
         return status
 
+    def delete(self, ns: str, key: str | bytes) -> tuple[int, bytes]:
+        key = key.encode() if isinstance(key, str) else key
+        self.rid += 1
+        self.conn.send(frame(OP["delete"], key_body(ns, key), rid=self.rid))
+        op, status, rid, body = self.conn.reply()
+        assert (op, rid) == (OP["delete"], self.rid)
+        return status, body
+
     def close(self):
         self.conn.close()
 

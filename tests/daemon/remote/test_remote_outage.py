@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from pt2harness import wait_for
+from pt2harness import STATUS, error_message, wait_for
 from remote_helpers import (MISS, OK, Load, Native, fx_key, redis_client, remote_stats,
                             time_to_recover, wait_remote_state)
 
@@ -183,3 +183,38 @@ def test_shutdown_is_bounded_when_redis_is_frozen(remote_daemon, redis_server):
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     assert took < 7.0  # the 5 s flush deadline, then the rest is dropped
     assert "queued writes not sent to Redis" in d.log()
+
+
+def test_a_delete_waits_for_the_key_s_write_in_flight_at_most_twice_the_op_timeout(
+        remote_daemon, redis_server):
+    # A write of the key still on its way to Redis could land after a DEL and
+    # bring the entry back, so the DEL waits for it, but for no longer than
+    # two op timeouts: then it fails, counted, and sends nothing. Redis reads
+    # the SET of 32 MiB but runs it only after CLIENT PAUSE ... WRITE ends, so
+    # the write stays in flight for its op timeout plus 1 s (its 32 MiB).
+    d = remote_daemon(op_ms=100)
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    redis_key, inner = fx_key("written-while-deleted")
+    direct = redis_client(redis_server)
+    direct.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
+    try:
+        assert client.put("fx-graph", inner, os.urandom(1 << 20) * 32) == OK
+        wait_for(lambda: direct.info("clients")["blocked_clients"] >= 1,
+                 what="Redis holding the daemon's SET")
+        timeouts = remote_stats(d)["timeouts"]
+        started = time.monotonic()
+        status, body = client.delete("fx-graph", inner)
+        took = time.monotonic() - started
+    finally:
+        direct.execute_command("CLIENT", "UNPAUSE")
+    assert status == STATUS["storage_error"], status
+    assert "its write to Redis is still going on" in error_message(body)
+    assert 0.2 <= took < 0.9, took  # two op timeouts, not the write's 1.1 s
+    assert remote_stats(d)["timeouts"] > timeouts
+    # The delete failed as a whole and says so; once Redis runs writes again,
+    # a delete goes through everywhere.
+    wait_for(lambda: client.delete("fx-graph", inner)[0] == OK, timeout=10.0,
+             what="a delete after the write settled")
+    assert client.get("fx-graph", inner)[0] == MISS
+    assert direct.get(redis_key) is None
