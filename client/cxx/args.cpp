@@ -48,36 +48,25 @@ constexpr std::array<std::string_view, 27> k_uncacheable_exact = {"-E",
                                                                   "-remap",
                                                                   "-no-integrated-cpp"};
 
-constexpr std::array<std::string_view, 26> k_uncacheable_prefixes = {"-M",
-                                                                     "--help",
-                                                                     "-print-",
-                                                                     "-save-temps",
-                                                                     "-dump",
-                                                                     "-fdump-",
-                                                                     "-fprofile",
-                                                                     "-fauto-profile",
-                                                                     "-fplugin",
-                                                                     "-fstack-usage",
-                                                                     "-fcallgraph-info",
-                                                                     "-fsave-optimization-record",
-                                                                     "-fcoverage",
-                                                                     "--coverage",
-                                                                     "-ftest-coverage",
-                                                                     "-fcompare-debug",
-                                                                     "-specs",
-                                                                     "-B",
-                                                                     "-Wp,",
-                                                                     "-gsplit-dwarf",
-                                                                     "-flto",
-                                                                     "-fopt-info",
-                                                                     "-d",
-                                                                     "-time=",
-                                                                     "-fdiagnostics-format=",
-                                                                     "--target-help"};
+constexpr std::array<std::string_view, 35> k_uncacheable_prefixes = {
+    "-M", "--help", "-print-", "-save-temps", "-dump", "-fdump-", "-fprofile", "-fauto-profile",
+    "-fplugin", "-fstack-usage", "-fcallgraph-info", "-fsave-optimization-record", "-fcoverage",
+    "--coverage", "-ftest-coverage", "-fcompare-debug", "-specs", "-B", "-Wp,", "-gsplit-dwarf",
+    "-flto", "-fopt-info", "-d", "-time=", "-fdiagnostics-format=", "--target-help",
+    // Reads a .gcda the dependencies do not name.
+    "-fbranch-probabilities",
+    // Map directories that the key rewrites.
+    "-fmacro-prefix-map", "-ffile-prefix-map", "-fdebug-prefix-map",
+    // C++20 modules: .gcm files.
+    "-fmodule", "-fdeps-",
+    // Assembler options may read or write files of their own.
+    "-Wa,",
+    // Fails on a directory that is gone, which nothing keys.
+    "-Wmissing-include-dirs", "-Werror=missing-include-dirs"};
 
 // Options known to change only what the compiler and linker produce into the
 // one output (or their diagnostics), checked after the cases above.
-constexpr std::array<std::string_view, 28> k_flag_prefixes = {"-D",
+constexpr std::array<std::string_view, 27> k_flag_prefixes = {"-D",
                                                               "-U",
                                                               "-I",
                                                               "-O",
@@ -103,8 +92,7 @@ constexpr std::array<std::string_view, 28> k_flag_prefixes = {"-D",
                                                               "-idirafter",
                                                               "-pie",
                                                               "-no-pie",
-                                                              "--sysroot=",
-                                                              "-Wa,"};
+                                                              "--sysroot="};
 
 // Options whose operand is the next argument when not joined.
 constexpr std::array<std::string_view, 17> k_separate_operand = {
@@ -130,8 +118,9 @@ constexpr std::array<std::string_view, 7> k_header_suffixes = {".h", ".hh",  ".h
                                                                ".H", ".h++", ".tcc"};
 constexpr std::array<std::string_view, 3> k_link_suffixes = {".o", ".a", ".so"};
 
-// Linker options that read or write files of their own.
-constexpr std::array<std::string_view, 11> k_linker_files = {"-Map",
+// Linker options that read or write files of their own (-c and --mri-script
+// read a script of inputs, -o and --output name another output).
+constexpr std::array<std::string_view, 16> k_linker_files = {"-Map",
                                                              "--Map",
                                                              "--out-implib",
                                                              "--dependency-file",
@@ -141,7 +130,12 @@ constexpr std::array<std::string_view, 11> k_linker_files = {"-Map",
                                                              "--dynamic-list",
                                                              "-T",
                                                              "--script",
-                                                             "@"};
+                                                             "@",
+                                                             "-c",
+                                                             "--mri-script",
+                                                             "-o",
+                                                             "--output",
+                                                             "--error-handling-script"};
 
 // Linker options that add inputs or change which file a -l takes, which the
 // launcher does not follow (docs/cxx.md, "Cacheable invocations").
@@ -423,9 +417,6 @@ Classification classify(std::span<const std::string> args) {
                 inv.include_dirs.emplace_back(a.substr(option.size()));
                 break;
             }
-        }
-        if (a == "-nostdlib" || a == "-nodefaultlibs") {
-            inv.no_default_libs = true;
         }
         if (a != "-s" && !starts_with_any(a, k_flag_prefixes)) {
             return no("unknown option " + std::string(a));

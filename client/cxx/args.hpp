@@ -47,10 +47,9 @@ struct Invocation {
     // source, -o and its operand, -c, -include and its operand, link inputs):
     // see search_probe_args() (search_list.hpp).
     std::vector<std::size_t> not_for_probe;
-    bool uses_native = false;     // -march=native, -mtune=native or -mcpu=native
-    bool debug_info = false;      // -g other than -g0: paths are kept as they are
-    bool static_link = false;     // -static
-    bool no_default_libs = false; // -nostdlib or -nodefaultlibs
+    bool uses_native = false; // -march=native, -mtune=native or -mcpu=native
+    bool debug_info = false;  // -g other than -g0: paths are kept as they are
+    bool static_link = false; // -static
 };
 
 struct Uncacheable {

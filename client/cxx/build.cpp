@@ -15,6 +15,7 @@
 
 #include "client/cxx/includes.hpp"
 #include "client/cxx/launcher.hpp"
+#include "client/cxx/mapped_file.hpp"
 #include "client/cxx/pins.hpp"
 #include "client/cxx/shadowing.hpp"
 #include "proto/bytes.hpp"
@@ -44,54 +45,35 @@ FileHash status_only(FileStatus status) {
     return hash;
 }
 
-// A read-only mapping of a whole file.
-class MappedFile {
-public:
-    explicit MappedFile(const std::string& path) {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            return;
-        }
-        struct stat st {};
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-            m_size = static_cast<std::size_t>(st.st_size);
-            m_mode = st.st_mode;
-            if (m_size == 0) {
-                m_ok = true;
-            } else {
-                void* data = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
-                if (data != MAP_FAILED) {
-                    m_data = data;
-                    m_ok = true;
-                }
-            }
-        }
-        ::close(fd);
-    }
-    ~MappedFile() {
-        if (m_data != nullptr) {
-            ::munmap(m_data, m_size);
-        }
-    }
-    MappedFile(const MappedFile&) = delete;
-    MappedFile& operator=(const MappedFile&) = delete;
-
-    bool ok() const { return m_ok; }
-    mode_t mode() const { return m_mode; }
-    std::span<const std::byte> bytes() const {
-        return {static_cast<const std::byte*>(m_data), m_data != nullptr ? m_size : 0};
-    }
-
-private:
-    void* m_data = nullptr;
-    std::size_t m_size = 0;
-    mode_t m_mode = 0;
-    bool m_ok = false;
-};
-
 std::string temp_dir() {
     const char* tmp = std::getenv("TMPDIR");
     return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+// What makes a build's result depend on the time or on files' times, in the
+// text of an input as the preprocessor sees it (comments gone, lines spliced):
+// __DATE__, __TIME__ and __TIMESTAMP__ (a header's mtime), and `#pragma GCC
+// dependency`, which compares mtimes. Empty if none. A literal that only
+// mentions one counts too; a name pasted together from pieces (`__TI ##
+// ME__`) is not seen (docs/cxx.md).
+std::string_view time_dependence(std::string_view clean) {
+    for (const std::string_view macro : {"__DATE__", "__TIME__", "__TIMESTAMP__"}) {
+        if (clean.find(macro) != std::string_view::npos) {
+            return macro;
+        }
+    }
+    constexpr std::string_view k_word = "dependency";
+    for (auto at = clean.find(k_word); at != std::string_view::npos;
+         at = clean.find(k_word, at + 1)) {
+        auto before = clean.substr(0, at);
+        while (!before.empty() && (before.back() == ' ' || before.back() == '\t')) {
+            before.remove_suffix(1);
+        }
+        if (before.size() < at && before.ends_with("GCC")) {
+            return "#pragma GCC dependency";
+        }
+    }
+    return {};
 }
 
 } // namespace
@@ -117,68 +99,6 @@ FileHash hash_file_locally(const std::string& path) {
     hash.size = file.bytes().size();
     hash.hash = digest_of(file.bytes());
     return hash;
-}
-
-std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts,
-                                                      bool& cacheable) const {
-    // The linker searches the -L directories in order: the invocation's, then
-    // the compiler's (LIBRARY_PATH's among them, where g++ puts them), then
-    // its own built-in ones, which are not known here.
-    std::vector<std::string> dirs;
-    for (const auto& dir : m_invocation.library_dirs) {
-        dirs.push_back(absolute_path(dir, m_cwd));
-    }
-    for (const auto& dir : facts.library_dirs) {
-        dirs.push_back(absolute_path(dir, m_cwd));
-    }
-    std::vector<std::string> libraries = m_invocation.libraries;
-    if (!m_invocation.no_default_libs) {
-        for (const auto* implicit : {"stdc++", "m", "gcc_s", "c"}) {
-            libraries.emplace_back(implicit);
-        }
-        for (const auto& arg : m_args) {
-            if (arg == "-fopenmp") {
-                libraries.emplace_back("gomp");
-                break;
-            }
-        }
-    }
-    // Every file the linker would try, in its order, up to the one it takes:
-    // a library appearing earlier in the search later changes the link.
-    std::vector<std::string> candidates;
-    for (const auto& library : libraries) {
-        std::vector<std::string> names;
-        if (library.starts_with(':')) {
-            names.push_back(library.substr(1));
-        } else {
-            if (!m_invocation.static_link) {
-                names.push_back("lib" + library + ".so");
-            }
-            names.push_back("lib" + library + ".a");
-        }
-        bool found = false;
-        for (const auto& dir : dirs) {
-            for (const auto& name : names) {
-                const auto path = dir + "/" + name;
-                candidates.push_back(path);
-                struct stat st {};
-                if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-                    found = true;
-                    break;
-                }
-            }
-            if (found) {
-                break;
-            }
-        }
-        if (!found) {
-            // Taken from a directory of the linker's own (or not at all):
-            // what it read is not known here.
-            log(fmt::format("not stored: library {} is in none of the known directories", library));
-            cacheable = false;
-        }
-    }
-    return candidates;
 }
 
 std::optional<SearchList> Launcher::search_list() {
@@ -224,7 +144,15 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps,
     }
     if (m_invocation.kind == Kind::shared_object) {
         for (const auto& input : m_invocation.link_inputs) {
-            add(absolute_path(input, m_cwd));
+            const auto path = absolute_path(input, m_cwd);
+            add(path);
+            std::vector<std::string> named;
+            if (!follow_link_file(path, library_dirs(*m_facts), named)) {
+                cacheable = false;
+            }
+            for (const auto& file : named) {
+                add(file);
+            }
         }
         for (const auto& path : m_facts->start_files) {
             add(absolute_path(path, m_cwd));
@@ -384,6 +312,10 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
     // The macros that name headers may be defined in any of them.
     std::vector<std::string_view> clean_texts;
     for (const auto& text : texts) {
+        if (const auto uses = time_dependence(text.clean); !uses.empty()) {
+            log(fmt::format("not stored: {} uses {}", text.path, uses));
+            return;
+        }
         clean_texts.push_back(text.clean);
     }
     const auto macros = include_macros(clean_texts);
@@ -416,6 +348,14 @@ void Launcher::store(const RunResult& result, const std::string& deps_path, std:
             log("not stored: " + path + " changed during the build");
             return;
         }
+    }
+    // The output this build wrote, not a file left by an earlier one (gas
+    // given only --version exits 0 and writes nothing).
+    struct stat written {};
+    if (::stat(m_invocation.output_path.c_str(), &written) != 0 ||
+        to_ns(written.st_ctim) < start_ns) {
+        log("not stored: the build did not write its output");
+        return;
     }
     MappedFile output(m_invocation.output_path);
     if (!output.ok()) {

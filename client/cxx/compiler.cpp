@@ -183,7 +183,7 @@ std::optional<CompilerStamp> stamp_compiler(const std::string& realpath) {
 
 namespace {
 
-constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 3\n";
+constexpr std::string_view k_facts_magic = "pt2cache-cxx compiler facts 4\n";
 
 // "<decimal length>\n<bytes>" fields.
 void put_field(std::string& out, std::string_view field) {
@@ -328,13 +328,40 @@ std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler) {
                     dir.remove_suffix(1);
                 }
                 facts.programs.push_back(std::string(dir) + "/specs");
-                // -fopenmp reads it as a specs file too (how to link libgomp).
-                facts.programs.push_back(std::string(dir) + "/libgomp.spec");
+                // -fopenmp, -fgnu-tm and -fsanitize= read these as specs
+                // files too (how to link their runtime libraries).
+                for (const auto* spec : {"libgomp.spec", "libitm.spec", "libsanitizer.spec"}) {
+                    facts.programs.push_back(std::string(dir) + "/" + spec);
+                }
             }
             rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
         }
     }
     return facts;
+}
+
+std::optional<std::vector<std::string>> linked_libraries(const RealCompiler& compiler,
+                                                         std::span<const std::string> args) {
+    std::vector<std::string> argv;
+    argv.reserve(args.size() + 2);
+    argv.push_back(compiler.path);
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.emplace_back("-###");
+    const auto printed = run_captured(compiler.path, argv);
+    if (!printed.started || printed.exit_code != 0) {
+        return std::nullopt;
+    }
+    const auto words = split_command(last_command(printed.err));
+    if (words.empty()) {
+        return std::nullopt;
+    }
+    std::vector<std::string> libraries;
+    for (const auto& word : words) {
+        if (word.starts_with("-l") && word.size() > 2) {
+            libraries.push_back(word.substr(2));
+        }
+    }
+    return libraries;
 }
 
 std::string machine_fingerprint() {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,13 @@ struct CompilerFacts {
 
 // Runs the compiler to learn its facts; nullopt if it cannot be run or fails.
 std::optional<CompilerFacts> query_compiler(const RealCompiler& compiler);
+
+// The libraries (-l names, without the -l) the driver passes to the linker
+// for `args`, as `-###` prints the link: the invocation's own and those its
+// specs add (-fopenmp's gomp and pthread, -fsanitize='s asan, ...). nullopt
+// if the compiler cannot be run, fails or prints no command.
+std::optional<std::vector<std::string>> linked_libraries(const RealCompiler& compiler,
+                                                         std::span<const std::string> args);
 
 // The first executable called `name` on PATH (or `name` itself when it holds a
 // '/'); empty when there is none.

@@ -239,6 +239,12 @@ bool Launcher::prepare() {
         m_why = "the compiler's --version or -march=native expansion could not be learnt";
         return false;
     }
+    struct stat output {};
+    if (::lstat(m_invocation.output_path.c_str(), &output) == 0 && S_ISLNK(output.st_mode)) {
+        // g++ writes through it; a hit would replace the link with a file.
+        m_why = "the output is a symbolic link";
+        return false;
+    }
     std::string source;
     if (!read_file(m_invocation.source_path, source)) {
         m_why = "the source cannot be read";
@@ -269,7 +275,7 @@ bool Launcher::prepare() {
         key.field(name, bytes);
         m_parts.push_back({std::move(name), std::move(shown), part_hash(bytes)});
     };
-    add("format", "pt2cache-cxx key v1", "pt2cache-cxx key v1");
+    add("format", "pt2cache-cxx key v2", "pt2cache-cxx key v2");
     add("compiler.path", m_compiler.realpath, m_compiler.realpath);
     const auto stamp = stamp_compiler(m_compiler.realpath);
     const auto stamp_text =

@@ -26,10 +26,12 @@ namespace pt2cache::client::cxx {
 // Environment variables that change what the compiler, assembler or linker
 // does or says; they are part of the key.
 inline constexpr std::string_view k_key_environment[] = {
-    "CPATH",         "C_INCLUDE_PATH",  "CPLUS_INCLUDE_PATH", "LIBRARY_PATH",
-    "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH",  "LANG",
-    "LC_ALL",        "LC_MESSAGES",     "LC_CTYPE",           "GCC_COMPARE_DEBUG",
-    "LANGUAGE",      "LD_RUN_PATH",     "LDEMULATION",        "GNUTARGET"};
+    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH",
+    "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH", "LANG", "LC_ALL", "LC_MESSAGES", "LC_CTYPE",
+    "GCC_COMPARE_DEBUG", "LANGUAGE", "LD_RUN_PATH", "LDEMULATION", "GNUTARGET",
+    // Diagnostics' colours, links and width, and where ld finds the
+    // libraries of the libraries it links (a failure or a warning).
+    "GCC_COLORS", "GCC_URLS", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "COLUMNS", "LD_LIBRARY_PATH"};
 
 // Those of them that are search paths, rewritten like path arguments; the
 // others are keyed as they are (LD_RUN_PATH is copied into a shared object).
@@ -109,7 +111,19 @@ private:
     // its header's preprocessed text names (docs/cxx.md, "Directory pins").
     // False when the compiler could not preprocess it.
     bool mark_preprocessed_names(std::vector<bool>& named);
+    // Every file a link would try for its libraries, in its order, up to the
+    // ones it takes, and what those take in turn (linker scripts).
     std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
+    std::vector<std::string> library_dirs(const CompilerFacts& facts) const;
+    // Library `name` (of -lNAME) along `dirs`: every place tried is appended
+    // to `tried`; the file taken, or nullopt where none of them has it.
+    std::optional<std::string> find_library(std::string_view name,
+                                            const std::vector<std::string>& dirs,
+                                            std::vector<std::string>& tried) const;
+    // False (logged) when the link input at `path` makes ld read files the
+    // key cannot follow; the files it names are appended to `inputs`.
+    bool follow_link_file(const std::string& path, const std::vector<std::string>& dirs,
+                          std::vector<std::string>& inputs, int depth = 0) const;
     [[noreturn]] void pass_through();
     void log(std::string_view message) const;
 

@@ -24,14 +24,19 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     auto classification = classify(args);
+    auto options = LauncherOptions::from_environment();
     if (!classification.invocation) {
         // Not cacheable: the real compiler, with the same arguments.
+        if (options.verbose) {
+            write_all(STDERR_FILENO,
+                      fmt::format("pt2cache-cxx: not cached: {}\n", classification.why.reason));
+        }
         args.insert(args.begin(), compiler->path);
         exec_program(compiler->path, args);
         write_all(STDERR_FILENO, fmt::format("pt2cache-cxx: cannot run {}\n", compiler->path));
         return 127;
     }
     Launcher launcher(std::move(*compiler), std::move(args), std::move(*classification.invocation),
-                      LauncherOptions::from_environment());
+                      std::move(options));
     launcher.run();
 }
