@@ -5,7 +5,6 @@
 #include <chrono>
 
 #include "daemon/store/log.hpp"
-#include "daemon/store/xxh3.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -16,14 +15,6 @@ namespace {
 
 void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
     counter.fetch_add(amount, std::memory_order_relaxed);
-}
-
-std::size_t stripe_index(std::string_view ns, std::string_view key, std::size_t count) {
-    Xxh3Hash64 hash;
-    hash.update(ns);
-    hash.update(std::string_view("\0", 1));
-    hash.update(key);
-    return static_cast<std::size_t>(hash.digest() % count);
 }
 
 } // namespace
@@ -64,7 +55,7 @@ std::shared_ptr<const StorePolicy> Store::policy() const {
 }
 
 std::mutex& Store::stripe(std::string_view ns, std::string_view key) {
-    return m_stripes[stripe_index(ns, key, k_stripe_count)];
+    return m_stripes[stripe_of(ns, key)];
 }
 
 void Store::count_force_disabled_get(std::string_view ns, bool local, bool remote) {
@@ -127,18 +118,24 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
                 return entry;
             }
         }
+        const auto stripe = stripe_of(ns, key);
+        const auto mark = quiet_mark(stripe);
         auto result = m_remote->get(ns, key);
-        if (result && *result && local && (m_disk_on != nullptr || m_memory_on != nullptr)) {
+        if (result && *result && local && mark &&
+            (m_disk_on != nullptr || m_memory_on != nullptr)) {
             if (m_disk_on != nullptr) {
-                if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
-                    add(m_stats.tier(ns, TierId::disk).errors);
-                    logger().warn("disk refill {}/{:?} failed: {}", ns, key,
-                                  stored.error().message);
+                // Under the stripe's mutex, which a write takes to begin:
+                // this disk write is wholly before any later local put's.
+                std::lock_guard lock(m_stripes[stripe]);
+                if (unchanged(stripe, *mark)) {
+                    if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
+                        add(m_stats.tier(ns, TierId::disk).errors);
+                        logger().warn("disk refill {}/{:?} failed: {}", ns, key,
+                                      stored.error().message);
+                    }
                 }
             }
-            if (m_memory_on != nullptr) {
-                m_memory_on->put(ns, key, **result);
-            }
+            backfill_memory(ns, key, **result, stripe, mark);
             add(m_stats.remote().backfills);
         }
         return result;
@@ -217,12 +214,12 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
         answered = true;
     }
     if (local && m_disk_on != nullptr) {
+        const auto stripe = stripe_of(ns, key);
+        const auto mark = quiet_mark(stripe);
         auto result = m_disk_on->get(ns, key);
         if (result && *result) {
             hit(TierId::disk, **result);
-            if (m_memory_on != nullptr) {
-                m_memory_on->put(ns, key, **result);
-            }
+            backfill_memory(ns, key, **result, stripe, mark);
             return std::move(*result);
         }
         add(counters.tier(TierId::disk).misses);
@@ -308,6 +305,7 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
     const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
     tl::expected<void, StoreError> local_result;
     if (local) {
+        const WriteScope write(*this, stripe_of(ns, key));
         std::unique_lock<std::mutex> lock;
         if (mode == PutMode::only_if_absent) {
             lock = std::unique_lock(stripe(ns, key));
@@ -363,6 +361,13 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
            is_local(*policy, puts[count].ns)) {
         ++count;
     }
+    std::vector<std::size_t> stripes;
+    stripes.reserve(count);
+    for (const QuickPut& put : puts.first(count)) {
+        stripes.push_back(stripe_of(put.ns, put.key));
+        begin_write(stripes.back());
+    }
+    const std::size_t offered = count;
     if (m_disk_on != nullptr) {
         // First, so that a full write queue leaves the rest undone.
         count = m_disk_on->try_put_many(puts.first(count));
@@ -370,6 +375,9 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
     puts = puts.first(count);
     if (m_memory_on != nullptr) {
         m_memory_on->put_many(puts);
+    }
+    for (std::size_t i = 0; i < offered; ++i) {
+        end_write(stripes[i]);
     }
     for (const QuickPut& put : puts) {
         NamespaceCounters& counters = m_stats.ns(put.ns);
@@ -452,6 +460,7 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
             error = std::move(result.error());
         }
     };
+    const WriteScope write(*this, stripe_of(ns, key));
     if (m_memory_on != nullptr) {
         take(m_memory_on->remove(ns, key));
     }
@@ -468,21 +477,6 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
     }
     if (error) {
         return tl::make_unexpected(std::move(*error));
-    }
-    return removed;
-}
-
-tl::expected<std::uint64_t, StoreError> Store::clear(std::string_view ns) {
-    std::uint64_t removed = 0;
-    if (m_memory_on != nullptr) {
-        removed = m_memory_on->clear(ns).value_or(0);
-    }
-    if (m_disk_on != nullptr) {
-        auto from_disk = m_disk_on->clear(ns);
-        if (!from_disk) {
-            return from_disk;
-        }
-        removed = std::max(removed, *from_disk);
     }
     return removed;
 }

@@ -167,6 +167,27 @@ private:
                                                            const Entry& entry);
 
     std::mutex& stripe(std::string_view ns, std::string_view key);
+
+    // Writes of a stripe's keys (puts, removes, clears), counted as they
+    // begin and end. A backfill (a lower tier's value copied up) lands only
+    // where no write was under way when it read the value and none has begun
+    // since: else it could bring back what a later put replaced or a delete
+    // removed. A write begins under the stripe's mutex, so a backfill that
+    // checks and writes under it comes wholly before or after the write.
+    struct WriteCounts {
+        std::atomic<std::uint64_t> begun{0};
+        std::atomic<std::uint64_t> ended{0};
+    };
+    class WriteScope;
+    static std::size_t stripe_of(std::string_view ns, std::string_view key);
+    void begin_write(std::size_t stripe);
+    void end_write(std::size_t stripe);
+    // The stripe's count of writes begun, when none is under way.
+    std::optional<std::uint64_t> quiet_mark(std::size_t stripe) const;
+    bool unchanged(std::size_t stripe, std::uint64_t mark) const;
+    // Copies `entry`, read from a lower tier after `mark`, into memory.
+    void backfill_memory(std::string_view ns, std::string_view key, const Entry& entry,
+                         std::size_t stripe, std::optional<std::uint64_t> mark);
     void count_force_disabled_get(std::string_view ns, bool local, bool remote);
     void count_force_disabled_put(std::string_view ns, bool local, bool remote);
     // Writes memory and disk; the disk's error if it fails.
@@ -201,7 +222,25 @@ private:
     MemoryTier* const m_memory_on;
     DiskTier* const m_disk_on;
     std::array<std::mutex, k_stripe_count> m_stripes;
+    std::array<WriteCounts, k_stripe_count> m_writes;
     SingleFlight<tl::expected<std::optional<Entry>, StoreError>> m_remote_flights;
+};
+
+// A write's share of the counts, for its duration.
+class Store::WriteScope {
+public:
+    WriteScope(Store& store, std::size_t stripe)
+        : m_store(store)
+        , m_stripe(stripe) {
+        m_store.begin_write(m_stripe);
+    }
+    ~WriteScope() { m_store.end_write(m_stripe); }
+    WriteScope(const WriteScope&) = delete;
+    WriteScope& operator=(const WriteScope&) = delete;
+
+private:
+    Store& m_store;
+    std::size_t m_stripe;
 };
 
 } // namespace pt2cache::daemon::store

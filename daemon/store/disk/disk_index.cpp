@@ -106,6 +106,24 @@ void DiskIndex::record(std::string_view ns, const Hash128& id, std::uint64_t siz
     m_map.emplace(id, at);
 }
 
+void DiskIndex::touch(std::string_view ns, const Hash128& id, std::uint64_t size, bool small) {
+    {
+        std::lock_guard lock(m_mutex);
+        if (const auto it = m_map.find(id); it != m_map.end()) {
+            const std::uint32_t at = it->second;
+            if (m_nodes[at].small == small) {
+                unlink_locked(at);
+                link_end_locked(at, End::newest);
+            }
+            return;
+        }
+        if (!m_scanning) {
+            return;
+        }
+    }
+    record(ns, id, size, small);
+}
+
 void DiskIndex::erase(const Hash128& id) {
     std::lock_guard lock(m_mutex);
     if (m_scanning) {

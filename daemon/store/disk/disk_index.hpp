@@ -47,6 +47,13 @@ public:
     // charged and the store that holds it.
     void record(std::string_view ns, const Hash128& id, std::uint64_t size, bool small = false);
 
+    // A read of an entry from the store `small` names: the entry becomes the
+    // most recently used, its charge and store as a write recorded them. A
+    // read racing a write that moved the entry to the other store, or a
+    // removal, changes nothing (once the startup scan is complete; before,
+    // an entry it has not indexed yet is recorded as `record` does).
+    void touch(std::string_view ns, const Hash128& id, std::uint64_t size, bool small);
+
     // Forgets a removed entry.
     void erase(const Hash128& id);
 

@@ -227,7 +227,7 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
             // Refresh the mtime so the LRU order survives a restart. Failure
             // only costs LRU accuracy.
             ::futimens(fd->get(), nullptr);
-            m_index.record(ns, id, file_charge(header->size));
+            m_index.touch(ns, id, file_charge(header->size), false);
         }
     };
     const bool large = header->header.value_size >= SharedReads::k_min_value_size;

@@ -233,7 +233,7 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
     };
     const auto touch_entry = [&] {
         if (touch) {
-            m_index.record(ns, id, small_charge(stored.size()), true);
+            m_index.touch(ns, id, small_charge(stored.size()), true);
             note_touch(ns, id);
         }
     };

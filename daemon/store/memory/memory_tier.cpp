@@ -106,8 +106,19 @@ tl::expected<void, StoreError> MemoryTier::put(std::string_view ns, std::string_
 }
 
 void MemoryTier::put_many(std::span<const QuickPut> puts) {
+    put_many_if(puts, nullptr);
+}
+
+bool MemoryTier::put_if(std::string_view ns, std::string_view key, const Entry& entry,
+                        const std::function<bool()>& still_current) {
+    const QuickPut put{ns, key, entry};
+    return put_many_if(std::span(&put, 1), &still_current);
+}
+
+bool MemoryTier::put_many_if(std::span<const QuickPut> puts,
+                             const std::function<bool()>* still_current) {
     if (!enabled()) {
-        return;
+        return false;
     }
     // Build the list nodes before locking, so the critical section only
     // relinks them (and fills slots of the flat map). Looking keys up first,
@@ -121,8 +132,13 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
     }
     List replaced; // destroyed after the lock is released
     List evicted;
+    bool applied = true;
     {
         std::lock_guard lock(m_mutex);
+        if (still_current != nullptr && !(*still_current)()) {
+            applied = false;
+            replaced.splice(replaced.end(), fresh);
+        }
         while (!fresh.empty()) {
             const List::iterator node = fresh.begin();
             const auto it = m_map.find(node->id);
@@ -162,6 +178,7 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
         }
     }
     count_evictions(evicted);
+    return applied;
 }
 
 tl::expected<bool, StoreError> MemoryTier::remove(std::string_view ns, std::string_view key) {
