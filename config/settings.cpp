@@ -62,7 +62,7 @@ constexpr std::array k_settings = {
     Setting{.key = "disk.write_queue_size", .kind = Kind::size,
             .field = &Config::disk_write_queue_size, .min = 1 << 20},
     Setting{.key = "disk.small_entry_max", .kind = Kind::size,
-            .field = &Config::disk_small_entry_max, .max = 1 << 20},
+            .field = &Config::disk_small_entry_max, .max = 1 << 20}, // k_small_value_limit
     // [caches]
     Setting{.key = "caches.fx_graph_cache", .kind = Kind::boolean, .field = &Config::fx_graph_cache,
             .env = "TORCHINDUCTOR_FX_GRAPH_CACHE", .seed = true},

@@ -135,6 +135,11 @@ SmallStore::read(std::string_view ns, const Hash128& id) {
         MDB_val key = val_of(key_text);
         MDB_val value{};
         const int rc = mdb_get(txn, env.entries, &key, &value);
+        if (rc == 0 && value.mv_size > k_small_value_limit) {
+            // No entry this large is ever written here: a damaged node,
+            // whose size must not size a buffer (4 GiB per read).
+            return MDB_CORRUPTED;
+        }
         if (rc == 0) {
             // Allocated before the copy, which may fault: `out`, outside the
             // guard, then still owns (and frees) the buffer.

@@ -29,6 +29,10 @@ struct MDB_txn; // lmdb.h
 
 namespace pt2cache::daemon::store {
 
+// The largest entry the store ever holds: disk.small_entry_max's own limit
+// (config/settings.cpp). A stored size over it is damage.
+inline constexpr std::size_t k_small_value_limit = 1 << 20;
+
 struct SmallError {
     bool map_full = false; // MDB_MAP_FULL: the transaction was aborted, nothing written
     std::string message;
