@@ -24,6 +24,9 @@ import sys
 def kind(argv):
     if not any(not a.startswith("-") for a in argv):
         return "probe (no input: " + " ".join(argv) + ")"
+    if "-###" in argv:
+        # pt2cache-cxx learns a link's libraries so on a miss.
+        return "dry run (-###: prints the commands, runs none)"
     if "-E" in argv:
         return "preprocess (-E)"
     if "-x" in argv and argv[argv.index("-x") + 1:][:1] == ["c++-header"]:
