@@ -247,7 +247,8 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::th
         entry.value = store::Blob::copy_of(restored.best_config);
         entry.created_ms = now;
         if (memory_first) {
-            if (auto put = memory->put(autotune::k_namespace, restored.basename, entry); !put) {
+            if (auto put = store.put_memory(autotune::k_namespace, restored.basename, entry);
+                !put) {
                 log.warn("bundle {}: entry {} not restored: {}", key, restored.basename,
                          put.error().message);
                 continue;

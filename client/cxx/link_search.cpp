@@ -93,8 +93,9 @@ bool Launcher::follow_link_file(const std::string& path, const std::vector<std::
             inputs.push_back(item);
             taken = item;
         } else {
-            // The working directory first, then the library search.
-            std::vector<std::string> places{m_cwd};
+            // As GNU ld (2.35 and later) looks: the script's own directory,
+            // the working directory, then the library search.
+            std::vector<std::string> places{path.substr(0, path.rfind('/')), m_cwd};
             places.insert(places.end(), dirs.begin(), dirs.end());
             for (const auto& place : places) {
                 auto candidate = place + "/" + item;

@@ -126,6 +126,7 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
             if (m_disk_on != nullptr) {
                 // Under the stripe's mutex, which a write takes to begin:
                 // this disk write is wholly before any later local put's.
+                // (An I/O thread does not wait for it: put_quick_many.)
                 std::lock_guard lock(m_stripes[stripe]);
                 if (unchanged(stripe, *mark)) {
                     if (auto stored = m_disk_on->put(ns, key, **result); !stored) {
@@ -361,12 +362,19 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
            is_local(*policy, puts[count].ns)) {
         ++count;
     }
-    std::vector<std::size_t> stripes;
-    stripes.reserve(count);
-    for (const QuickPut& put : puts.first(count)) {
-        stripes.push_back(stripe_of(put.ns, put.key));
-        begin_write(stripes.back());
+    if (m_disk_on != nullptr && !m_disk_on->async_writes()) {
+        return 0; // the disk writes in the caller's thread: not here
     }
+    thread_local std::vector<std::size_t> stripes; // kept: no allocation per pipeline
+    stripes.clear();
+    for (const QuickPut& put : puts.first(count)) {
+        const auto stripe = stripe_of(put.ns, put.key);
+        if (!try_begin_write(stripe)) {
+            break; // a remote hit is being copied to disk: the rest waits elsewhere
+        }
+        stripes.push_back(stripe);
+    }
+    count = stripes.size();
     const std::size_t offered = count;
     if (m_disk_on != nullptr) {
         // First, so that a full write queue leaves the rest undone.

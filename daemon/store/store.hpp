@@ -90,6 +90,11 @@ public:
     // were stored. The rest: put_quick or `put`, in order.
     std::size_t put_quick_many(std::span<const QuickPut> puts);
 
+    // The memory tier's share of a put, alone (a bundle's entries, served
+    // at once; `put` follows). Counted as a write (see WriteCounts).
+    tl::expected<void, StoreError> put_memory(std::string_view ns, std::string_view key,
+                                              const Entry& entry);
+
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
     // as a miss there; an error is returned only when every tier consulted failed.
@@ -172,8 +177,9 @@ private:
     // begin and end. A backfill (a lower tier's value copied up) lands only
     // where no write was under way when it read the value and none has begun
     // since: else it could bring back what a later put replaced or a delete
-    // removed. A write begins under the stripe's mutex, so a backfill that
-    // checks and writes under it comes wholly before or after the write.
+    // removed. With a remote tier, a write begins under the stripe's mutex,
+    // so a remote hit's copy to disk, checked and queued under it, comes
+    // wholly before or after the write.
     struct WriteCounts {
         std::atomic<std::uint64_t> begun{0};
         std::atomic<std::uint64_t> ended{0};
@@ -181,6 +187,9 @@ private:
     class WriteScope;
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
+    // begin_write unless the stripe's mutex is held (a remote hit being
+    // copied to disk, which may wait for room in the write queue): false.
+    bool try_begin_write(std::size_t stripe);
     void end_write(std::size_t stripe);
     // The stripe's count of writes begun, when none is under way.
     std::optional<std::uint64_t> quiet_mark(std::size_t stripe) const;

@@ -27,8 +27,26 @@ std::size_t Store::stripe_of(std::string_view ns, std::string_view key) {
 }
 
 void Store::begin_write(std::size_t stripe) {
+    if (!m_remote) {
+        // No remote hit is copied to disk: nothing to wait for.
+        m_writes[stripe].begun.fetch_add(1);
+        return;
+    }
     std::lock_guard lock(m_stripes[stripe]);
     m_writes[stripe].begun.fetch_add(1);
+}
+
+bool Store::try_begin_write(std::size_t stripe) {
+    if (!m_remote) {
+        m_writes[stripe].begun.fetch_add(1);
+        return true;
+    }
+    std::unique_lock lock(m_stripes[stripe], std::try_to_lock);
+    if (!lock) {
+        return false;
+    }
+    m_writes[stripe].begun.fetch_add(1);
+    return true;
 }
 
 void Store::end_write(std::size_t stripe) {
@@ -55,6 +73,15 @@ void Store::backfill_memory(std::string_view ns, std::string_view key, const Ent
     // Checked under the memory tier's lock: a write that begins after the
     // check puts its own value in memory after this one.
     m_memory_on->put_if(ns, key, entry, [&] { return unchanged(stripe, *mark); });
+}
+
+tl::expected<void, StoreError> Store::put_memory(std::string_view ns, std::string_view key,
+                                                 const Entry& entry) {
+    if (m_memory_on == nullptr) {
+        return {};
+    }
+    const WriteScope write(*this, stripe_of(ns, key));
+    return m_memory_on->put(ns, key, entry);
 }
 
 tl::expected<std::uint64_t, StoreError> Store::clear(std::string_view ns) {

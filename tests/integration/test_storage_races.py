@@ -8,6 +8,7 @@ the fix."""
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 import pytest
@@ -18,12 +19,15 @@ OK, MISS = 0, 1
 NS = "fx-graph"
 
 
+RESTORE = 0x0D  # docs/protocol.md, "Export and import"; flag 1: replace
+
+
 @pytest.mark.parametrize("mode", ["async", "sync"])
-@pytest.mark.parametrize("op", ["put", "delete"])
+@pytest.mark.parametrize("op", ["put", "delete", "restore"])
 def test_a_backfill_never_brings_back_what_a_later_write_replaced(make_daemon, mode, op):
     """A GET that misses memory reads the disk copy (V1, large, so slow) and
-    copies it into memory; a PUT of V2 (or a DELETE) acknowledged meanwhile
-    must win: memory must not keep V1 after the PUT's acknowledgement."""
+    copies it into memory; a PUT of V2 (a DELETE, a RESTORE that replaces)
+    acknowledged meanwhile must win: memory must not keep V1 after it."""
     d = make_daemon("--set", f"disk.write_mode={mode}")
     values = [os.urandom(4 << 20) for _ in range(2)]
     keys = [b"race-%d" % i for i in range(40)]
@@ -42,11 +46,15 @@ def test_a_backfill_never_brings_back_what_a_later_write_replaced(make_daemon, m
         time.sleep(0.0005)
         if op == "put":
             writer.send(frame(OP["put"], put_body(NS, key, new), rid=8))
+        elif op == "restore":
+            created_ms = int(time.time() * 1000) + 10
+            body = key_body(NS, key) + struct.pack("<QQ", created_ms, 0) + new
+            writer.send(frame(RESTORE, body, flags=1, rid=8))
         else:
             writer.send(frame(OP["delete"], key_body(NS, key), rid=8))
         assert writer.reply()[1] == OK
         reader.reply()
-        expected = (OK, new) if op == "put" else (MISS, b"")
+        expected = (MISS, b"") if op == "delete" else (OK, new)
         if check.get(NS, key) != expected:
             stale.append(key)
     assert stale == [], f"{len(stale)} of {len(keys)} keys served the value a {op} replaced"
@@ -56,7 +64,7 @@ def test_a_backfill_never_brings_back_what_a_later_write_replaced(make_daemon, m
     d.restart()
     c = NativeClient(d.socket)
     for i, key in enumerate(keys):
-        expected = (OK, b"new-%d" % i) if op == "put" else (MISS, b"")
+        expected = (MISS, b"") if op == "delete" else (OK, b"new-%d" % i)
         assert c.get(NS, key) == expected, key
 
 

@@ -85,6 +85,32 @@ def test_files_a_linker_script_names_are_inputs(daemon, tmp_root):
     assert hits(daemon) == 1  # the second build; not the third, whose impl.o changed
 
 
+def test_a_relative_name_in_a_linker_script_is_found_as_ld_finds_it(daemon, tmp_root):
+    """GNU ld looks for a script's relative INPUT in the script's own
+    directory first, before the working directory and the -L search: the
+    launcher records that file, not an earlier -L directory's."""
+    env = launcher_env(daemon, tmp_root / "t")
+    d = tmp_root / "relative"
+    write(d / "k.cpp", 'extern "C" int g(); extern "C" int f() { return g(); }\n')
+    write(d / "lib/libfoo.so", "INPUT(impl.a)\n")
+
+    def archive(where: str, value: int):
+        write(d / "impl.cpp", f'extern "C" int g() {{ return {value}; }}\n')
+        ok(gxx(["-O2", "-fPIC", "-c", "impl.cpp", "-o", "impl.o"], d))
+        (d / where).mkdir(exist_ok=True)
+        (d / where / "impl.a").unlink(missing_ok=True)
+        ok(subprocess.run(["ar", "rcs", f"{where}/impl.a", "impl.o"], cwd=d, capture_output=True))
+
+    archive("first", 1)  # in an earlier -L directory: not the one ld takes
+    archive("lib", 2)
+    args = ["k.cpp", *SHARED, "-Lfirst", "-Llib", "-lfoo", "-o", "k.so"]
+    ok(cxx(args, d, env))
+    archive("lib", 3)
+    ok(cxx(args, d, env))
+    same_as_gxx(args, d, d / "k.so")
+    assert hits(daemon) == 0
+
+
 def test_a_thin_archive_is_not_stored(daemon, tmp_root):
     """A thin archive holds its members' names only: a member rebuilt with
     the same size leaves its bytes as they were."""
