@@ -143,11 +143,12 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps,
         add(absolute_path(program, m_cwd));
     }
     if (m_invocation.kind == Kind::shared_object) {
+        const auto dirs = library_dirs(*m_facts);
         for (const auto& input : m_invocation.link_inputs) {
             const auto path = absolute_path(input, m_cwd);
             add(path);
             std::vector<std::string> named;
-            if (!follow_link_file(path, library_dirs(*m_facts), named)) {
+            if (!follow_link_file(path, dirs, named)) {
                 cacheable = false;
             }
             for (const auto& file : named) {
@@ -157,7 +158,7 @@ Variant Launcher::record_inputs(const std::vector<std::string>& deps,
         for (const auto& path : m_facts->start_files) {
             add(absolute_path(path, m_cwd));
         }
-        for (const auto& path : library_candidates(*m_facts, cacheable)) {
+        for (const auto& path : library_candidates(dirs, cacheable)) {
             add(path);
         }
     }

@@ -111,9 +111,11 @@ private:
     // its header's preprocessed text names (docs/cxx.md, "Directory pins").
     // False when the compiler could not preprocess it.
     bool mark_preprocessed_names(std::vector<bool>& named);
-    // Every file a link would try for its libraries, in its order, up to the
-    // ones it takes, and what those take in turn (linker scripts).
-    std::vector<std::string> library_candidates(const CompilerFacts& facts, bool& cacheable) const;
+    // Every file a link would try for its libraries along the library search
+    // `dirs`, in its order, up to the ones it takes, and what those take in
+    // turn (linker scripts).
+    std::vector<std::string> library_candidates(const std::vector<std::string>& dirs,
+                                                bool& cacheable) const;
     std::vector<std::string> library_dirs(const CompilerFacts& facts) const;
     // Library `name` (of -lNAME) along `dirs`: every place tried is appended
     // to `tried`; the file taken, or nullopt where none of them has it.

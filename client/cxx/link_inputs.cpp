@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "client/cxx/link_inputs.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace pt2cache::client::cxx {
@@ -19,12 +20,7 @@ bool is_separator(char c) {
 
 template <std::size_t N>
 bool is_one_of(std::string_view word, const std::array<std::string_view, N>& list) {
-    for (const auto item : list) {
-        if (word == item) {
-            return true;
-        }
-    }
-    return false;
+    return std::ranges::find(list, word) != list.end();
 }
 
 // `text` with /* comments */ replaced by a space; nullopt if one never ends.

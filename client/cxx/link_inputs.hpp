@@ -24,8 +24,9 @@ LinkFileKind link_file_kind(std::string_view head);
 
 // The files a linker script such as glibc's libc.so or GCC's libgcc_s.so
 // names in its GROUP, INPUT and AS_NEEDED lists, in order, as written: an
-// absolute path, a relative name (ld looks in the working directory, then
-// along the library search) or "-lNAME" (a library search). nullopt when it
+// absolute path, a relative name (ld looks in the script's directory, the
+// working directory, then along the library search) or "-lNAME" (a library
+// search). nullopt when it
 // holds anything else that could make ld read a file (SEARCH_DIR, INCLUDE, a
 // quoted name, a command the key does not follow), or cannot be read: such a
 // script is not followed.

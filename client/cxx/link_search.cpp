@@ -19,6 +19,24 @@ namespace {
 // A linker script larger than this is not read.
 constexpr std::size_t k_max_link_script = 64 * 1024;
 
+// The first regular file `dir/name` along `dirs` (each dir, each name in
+// turn); every path tried is appended to `tried`.
+std::optional<std::string> first_file(const std::vector<std::string>& dirs,
+                                      const std::vector<std::string>& names,
+                                      std::vector<std::string>& tried) {
+    for (const auto& dir : dirs) {
+        for (const auto& name : names) {
+            auto path = dir + "/" + name;
+            tried.push_back(path);
+            struct stat st {};
+            if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+                return path;
+            }
+        }
+    }
+    return std::nullopt;
+}
+
 } // namespace
 
 std::vector<std::string> Launcher::library_dirs(const CompilerFacts& facts) const {
@@ -47,17 +65,7 @@ std::optional<std::string> Launcher::find_library(std::string_view name,
         }
         names.push_back(fmt::format("lib{}.a", name));
     }
-    for (const auto& dir : dirs) {
-        for (const auto& file : names) {
-            auto path = dir + "/" + file;
-            tried.push_back(path);
-            struct stat st {};
-            if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-                return path;
-            }
-        }
-    }
-    return std::nullopt;
+    return first_file(dirs, names, tried);
 }
 
 bool Launcher::follow_link_file(const std::string& path, const std::vector<std::string>& dirs,
@@ -97,15 +105,7 @@ bool Launcher::follow_link_file(const std::string& path, const std::vector<std::
             // the working directory, then the library search.
             std::vector<std::string> places{path.substr(0, path.rfind('/')), m_cwd};
             places.insert(places.end(), dirs.begin(), dirs.end());
-            for (const auto& place : places) {
-                auto candidate = place + "/" + item;
-                inputs.push_back(candidate);
-                struct stat st {};
-                if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-                    taken = std::move(candidate);
-                    break;
-                }
-            }
+            taken = first_file(places, {item}, inputs);
         }
         if (!taken) {
             log(fmt::format("not stored: {} names {}, in none of the known directories", path,
@@ -119,9 +119,8 @@ bool Launcher::follow_link_file(const std::string& path, const std::vector<std::
     return true;
 }
 
-std::vector<std::string> Launcher::library_candidates(const CompilerFacts& facts,
+std::vector<std::string> Launcher::library_candidates(const std::vector<std::string>& dirs,
                                                       bool& cacheable) const {
-    const auto dirs = library_dirs(facts);
     // The libraries as the driver passes them to the linker: the
     // invocation's, and those its specs add (stdc++, m, gcc_s, gcc, c; gomp
     // and pthread for -fopenmp, asan for -fsanitize=address, itm for

@@ -109,16 +109,16 @@ void MemoryTier::put_many(std::span<const QuickPut> puts) {
     put_many_if(puts, nullptr);
 }
 
-bool MemoryTier::put_if(std::string_view ns, std::string_view key, const Entry& entry,
+void MemoryTier::put_if(std::string_view ns, std::string_view key, const Entry& entry,
                         const std::function<bool()>& still_current) {
     const QuickPut put{ns, key, entry};
-    return put_many_if(std::span(&put, 1), &still_current);
+    put_many_if(std::span(&put, 1), &still_current);
 }
 
-bool MemoryTier::put_many_if(std::span<const QuickPut> puts,
+void MemoryTier::put_many_if(std::span<const QuickPut> puts,
                              const std::function<bool()>* still_current) {
     if (!enabled()) {
-        return false;
+        return;
     }
     // Build the list nodes before locking, so the critical section only
     // relinks them (and fills slots of the flat map). Looking keys up first,
@@ -132,12 +132,10 @@ bool MemoryTier::put_many_if(std::span<const QuickPut> puts,
     }
     List replaced; // destroyed after the lock is released
     List evicted;
-    bool applied = true;
     {
         std::lock_guard lock(m_mutex);
         if (still_current != nullptr && !(*still_current)()) {
-            applied = false;
-            replaced.splice(replaced.end(), fresh);
+            replaced.splice(replaced.end(), fresh); // stored nothing
         }
         while (!fresh.empty()) {
             const List::iterator node = fresh.begin();
@@ -178,7 +176,6 @@ bool MemoryTier::put_many_if(std::span<const QuickPut> puts,
         }
     }
     count_evictions(evicted);
-    return applied;
 }
 
 tl::expected<bool, StoreError> MemoryTier::remove(std::string_view ns, std::string_view key) {

@@ -70,8 +70,8 @@ public:
     // `put` of each in turn, under one lock (a pipeline's puts).
     void put_many(std::span<const QuickPut> puts);
     // `put` if `still_current()` holds, called under the tier's lock (the
-    // store's backfills, see Store::WriteCounts); false when it did not.
-    bool put_if(std::string_view ns, std::string_view key, const Entry& entry,
+    // store's backfills, see Store::WriteCounts); nothing if it does not.
+    void put_if(std::string_view ns, std::string_view key, const Entry& entry,
                 const std::function<bool()>& still_current);
     tl::expected<bool, StoreError> remove(std::string_view ns, std::string_view key) override;
     tl::expected<std::uint64_t, StoreError> clear(std::string_view ns) override;
@@ -101,7 +101,7 @@ public:
                                    std::uint64_t value_size);
 
 private:
-    bool put_many_if(std::span<const QuickPut> puts, const std::function<bool()>* still_current);
+    void put_many_if(std::span<const QuickPut> puts, const std::function<bool()>* still_current);
     struct Node {
         Node(std::string id_, std::size_t ns_size_, Entry entry_, std::uint64_t charge_)
             : id(std::move(id_))
