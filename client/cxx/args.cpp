@@ -214,6 +214,16 @@ std::string_view kind_name(Kind kind) {
     return "unknown";
 }
 
+bool prints_for_tools(std::span<const std::string> args) {
+    static constexpr std::string_view exact[] = {
+        "-E",           "-v",         "--version", "-###", "-dumpversion", "-dumpfullversion",
+        "-dumpmachine", "-dumpspecs", "-M",        "-MM",  "--target-help"};
+    static constexpr std::string_view prefixes[] = {"-print-", "--help"};
+    return std::ranges::any_of(args, [](std::string_view a) {
+        return std::ranges::find(exact, a) != std::end(exact) || starts_with_any(a, prefixes);
+    });
+}
+
 Classification classify(std::span<const std::string> args) {
     Invocation inv;
     std::optional<std::size_t> source;

@@ -64,6 +64,13 @@ struct Classification {
 
 Classification classify(std::span<const std::string> args);
 
+// Whether an invocation is a query whose printed output tools parse
+// (`--version`, `-v`, `-E`, `-###`, `-dump…`, `-print-…`, `--help`, `-M`,
+// `-MM`): the launcher adds nothing to its stdout or stderr. Inductor names its
+// precompiled header and ISA checks after `--version` and `-E` output, CMake
+// reads `-v`'s search list.
+bool prints_for_tools(std::span<const std::string> args);
+
 // The machine-specific directories of an invocation, each replaced by a
 // placeholder in every key input (docs/cxx.md, "Path rewriting").
 class PathRewriter {

@@ -111,6 +111,26 @@ mode_t current_umask() {
     return mask;
 }
 
+// PT2CACHE_CXX_LOG's value: unset, empty or `0` is no log; an absolute path
+// is a file the lines are appended to (O_APPEND: whole lines from parallel
+// builds do not interleave), which Inductor does not swallow as it swallows a
+// successful compiler's stderr; anything else is stderr. A file that cannot
+// be opened is said once on stderr, and nothing is logged.
+int open_log(const std::string& value) {
+    if (value.empty() || value == "0") {
+        return -1;
+    }
+    if (value.front() != '/') {
+        return STDERR_FILENO;
+    }
+    const int fd = ::open(value.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        write_all(STDERR_FILENO, fmt::format("pt2cache-cxx: PT2CACHE_CXX_LOG: cannot open {}: {}\n",
+                                             value, std::strerror(errno)));
+    }
+    return fd;
+}
+
 } // namespace
 
 LauncherOptions LauncherOptions::from_environment() {
@@ -126,9 +146,16 @@ LauncherOptions LauncherOptions::from_environment() {
     }
     const auto hash_dir = env_or("PT2CACHE_CXX_HASH_DIR");
     options.hash_dir = !hash_dir.empty() && hash_dir != "0";
-    const auto verbose = env_or("PT2CACHE_CXX_LOG");
-    options.verbose = !verbose.empty() && verbose != "0";
+    options.log_fd = open_log(env_or("PT2CACHE_CXX_LOG"));
     return options;
+}
+
+void LauncherOptions::log(std::string_view message) const {
+    if (log_fd == STDERR_FILENO) {
+        write_all(log_fd, fmt::format("pt2cache-cxx: {}\n", message));
+    } else if (log_fd >= 0) {
+        write_all(log_fd, fmt::format("pt2cache-cxx[{}]: {}\n", ::getpid(), message));
+    }
 }
 
 namespace {
@@ -154,9 +181,13 @@ Launcher::Launcher(RealCompiler compiler, std::vector<std::string> args, Invocat
     , m_client(client_options(m_options)) {}
 
 void Launcher::log(std::string_view message) const {
-    if (m_options.verbose) {
-        write_all(STDERR_FILENO, fmt::format("pt2cache-cxx: {}\n", message));
-    }
+    m_options.log(message);
+}
+
+std::int64_t Launcher::elapsed_ms() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 m_started)
+        .count();
 }
 
 void Launcher::pass_through() {
@@ -460,7 +491,7 @@ std::optional<bool> Launcher::lookup_in_daemon() {
     switch (answer->outcome) {
     case CxxOutcome::hit:
         if (install(answer->result())) {
-            log("hit (CXX_LOOKUP) under " + manifest_key);
+            log(fmt::format("hit (CXX_LOOKUP) under {} in {} ms", manifest_key, elapsed_ms()));
             return true;
         }
         return false;
@@ -543,7 +574,7 @@ bool Launcher::match_manifest() {
             continue;
         }
         if (install(**value)) {
-            log("hit " + key);
+            log(fmt::format("hit {} in {} ms", key, elapsed_ms()));
             return true;
         }
         return false;

@@ -50,8 +50,15 @@ struct LauncherOptions {
     std::chrono::milliseconds io_timeout{5000};
     // How long a launcher waits for a concurrent identical build.
     std::chrono::milliseconds collapse_wait{300'000};
-    bool verbose = false;  // PT2CACHE_CXX_LOG: one line per decision on stderr
+    // PT2CACHE_CXX_LOG: where one line per decision goes: -1 nowhere,
+    // stderr for `1`, an absolute path's file (appended to) otherwise.
+    int log_fd = -1;
     bool hash_dir = false; // PT2CACHE_CXX_HASH_DIR: with -g, key the real paths
+
+    bool verbose() const { return log_fd >= 0; }
+    // One decision line to the log, if any: "pt2cache-cxx: MESSAGE" on
+    // stderr, "pt2cache-cxx[PID]: MESSAGE" in a file (builds run in parallel).
+    void log(std::string_view message) const;
 
     // From PT2CACHE_SOCKET, PT2CACHE_CXX_TIMEOUT_MS, PT2CACHE_CXX_LOG and
     // PT2CACHE_CXX_HASH_DIR.
@@ -128,6 +135,7 @@ private:
                           std::vector<std::string>& inputs, int depth = 0) const;
     [[noreturn]] void pass_through();
     void log(std::string_view message) const;
+    std::int64_t elapsed_ms() const; // since the launcher started
 
     RealCompiler m_compiler;
     std::vector<std::string> m_args;
@@ -135,6 +143,8 @@ private:
     LauncherOptions m_options;
     Client m_client;
     bool m_daemon_ok = true;
+    // For the log's "hit ... in N ms".
+    std::chrono::steady_clock::time_point m_started = std::chrono::steady_clock::now();
     std::string m_cwd;
     bool m_exact_paths = false; // no path rewriting (-g with hash_dir)
     PathRewriter m_rewriter;

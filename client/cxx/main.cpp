@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
     auto options = LauncherOptions::from_environment();
     if (!classification.invocation) {
         // Not cacheable: the real compiler, with the same arguments.
-        if (options.verbose) {
-            write_all(STDERR_FILENO,
-                      fmt::format("pt2cache-cxx: not cached: {}\n", classification.why.reason));
+        // On stderr, a query's output stays the compiler's own.
+        if (options.log_fd != STDERR_FILENO || !prints_for_tools(args)) {
+            options.log(fmt::format("not cached: {}", classification.why.reason));
         }
         args.insert(args.begin(), compiler->path);
         exec_program(compiler->path, args);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -15,9 +16,14 @@ from cxx_helpers import (CLI, GXX, KERNEL, KERNEL_H, LAUNCHER, counters, cxx, gx
                          run, write)
 
 
-def test_pass_through_is_byte_identical(daemon, tmp_root):
-    env = launcher_env(daemon)
-    for args in (["--version"], ["-dumpversion"], ["-v"]):
+@pytest.mark.parametrize("log", [None, "1"], ids=["quiet", "log-on-stderr"])
+def test_pass_through_is_byte_identical(daemon, tmp_root, log):
+    """Queries print what the compiler prints, even with PT2CACHE_CXX_LOG=1:
+    tools parse it (Inductor names its precompiled header and ISA checks
+    after `--version` and `-E` output)."""
+    env = launcher_env(daemon, **({"PT2CACHE_CXX_LOG": log} if log else {}))
+    for args in (["--version"], ["-dumpversion"], ["-v"], ["-dumpmachine"],
+                 ["-print-prog-name=cc1plus"]):
         mine, real = cxx(args, tmp_root, env), gxx(args, tmp_root)
         assert (mine.returncode, mine.stdout, mine.stderr) == \
             (real.returncode, real.stdout, real.stderr), args
@@ -25,6 +31,7 @@ def test_pass_through_is_byte_identical(daemon, tmp_root):
     mine = cxx(["-E", "m.cpp"], tmp_root, env)
     real = gxx(["-E", "m.cpp"], tmp_root)
     assert mine.returncode == 0 and mine.stdout == real.stdout and b"int x = 42" in mine.stdout
+    assert mine.stderr == real.stderr == b""
     # Several sources, stdin: still exactly the compiler's behaviour.
     write(tmp_root / "n.cpp", "int n;\n")
     ok(cxx(["-c", "m.cpp", "n.cpp"], tmp_root, env))
@@ -38,6 +45,41 @@ def test_pass_through_is_byte_identical(daemon, tmp_root):
                    check=True, timeout=60)
     assert (tmp_root / "stdin.o").read_bytes() == built
     assert counters(daemon).get("lookups", 0) == 0
+
+
+def test_log_to_a_file(daemon, tmp_root):
+    """PT2CACHE_CXX_LOG=/path appends the decisions there, with the process
+    id (Inductor discards a successful compiler's stderr), and leaves stdout
+    and stderr as the compiler's; a log that cannot be opened is said on
+    stderr and the compile goes on."""
+    log = tmp_root / "cxx.log"
+    env = launcher_env(daemon, tmp_root / "t", PT2CACHE_CXX_LOG=str(log))
+    write(tmp_root / "kernel.h", KERNEL_H)
+    write(tmp_root / "k.cpp", KERNEL)
+    args = ["-c", "k.cpp", "-O1", "-o", "k.o"]
+    miss = ok(cxx(args, tmp_root, env))
+    (tmp_root / "k.o").unlink()
+    hit = ok(cxx(args, tmp_root, env))
+    query = ok(cxx(["--version"], tmp_root, env))
+    assert (miss.stdout, miss.stderr, hit.stdout, hit.stderr) == (b"", b"", b"", b"")
+    assert query.stdout == gxx(["--version"], tmp_root).stdout and query.stderr == b""
+    lines = log.read_text().splitlines()
+    assert re.fullmatch(r"pt2cache-cxx\[\d+\]: miss: no manifest m-[0-9a-f]{32}", lines[0]), lines
+    assert re.fullmatch(r"pt2cache-cxx\[\d+\]: stored r-[0-9a-f]{32} \(\d+ bytes, built in \d+ ms\)",
+                        lines[1]), lines
+    assert re.fullmatch(r"pt2cache-cxx\[\d+\]: hit \(CXX_LOOKUP\) under m-[0-9a-f]{32} in \d+ ms",
+                        lines[2]), lines
+    assert re.fullmatch(r"pt2cache-cxx\[\d+\]: not cached: option --version", lines[3]), lines
+    assert len(lines) == 4 and lines[0].split(":")[0] == lines[1].split(":")[0] != \
+        lines[2].split(":")[0]
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+    (tmp_root / "k.o").unlink()
+    env["PT2CACHE_CXX_LOG"] = str(tmp_root)  # a directory
+    unopenable = ok(cxx(args, tmp_root, env))
+    assert unopenable.stderr.decode() == \
+        f"pt2cache-cxx: PT2CACHE_CXX_LOG: cannot open {tmp_root}: Is a directory\n"
+    assert (tmp_root / "k.o").exists()
 
 
 def test_launcher_loads_no_shared_library_but_libc():
