@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 
 import pytest
 
@@ -419,5 +420,124 @@ def test_daemon_without_bundle_capability(tmp_root):
             strict.bundle_begin("code", "backend")
         assert strict.get("pgo", "k") == b"v"
         assert ops == [(4, 0), (3, 0), (3, 0)]  # no bundle op, no BUNDLE flag
+    finally:
+        peer.close()
+
+
+# ---------------------------------------------------------------- interrupted requests
+
+
+class Interrupting:
+    """The client's socket, but the next sendall (or recv_into) passes half
+    of its bytes and then raises KeyboardInterrupt, as a Ctrl-C or a signal
+    handler's exception would land mid-request."""
+
+    def __init__(self, sock, on):
+        self._sock = sock
+        self._on = on
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+    def sendall(self, data):
+        if self._on != "send":
+            return self._sock.sendall(data)
+        self._on = None
+        self._sock.sendall(memoryview(data)[:len(data) // 2])
+        raise KeyboardInterrupt
+
+    def recv_into(self, view, *args):
+        if self._on != "recv":
+            return self._sock.recv_into(view, *args)
+        self._on = None
+        count = self._sock.recv_into(view[:max(1, len(view) // 2)], *args)
+        assert count > 0
+        raise KeyboardInterrupt
+
+
+def test_interrupted_put_stores_nothing_and_drops_the_connection(daemon):
+    """Left open, the connection would carry the next request's frame as the
+    rest of the interrupted value: the daemon stored key-a with key-b's frame
+    in it and served it."""
+    client = pt2cache.Client(daemon.socket, strict=True)
+    assert client.put("pgo", "warm", b"x")
+    client._sock = Interrupting(client._sock, "send")
+    with pytest.raises(KeyboardInterrupt):
+        client.put("pgo", "key-a", b"A" * (1 << 20))
+    assert not client.connected
+    assert client.put("pgo", "key-b", b"B" * (1 << 20))
+    assert client.get("pgo", "key-b") == b"B" * (1 << 20)
+    assert client.get("pgo", "key-a") is None
+
+
+def test_interrupted_get_leaves_nothing_for_the_next_reply(daemon):
+    client = pt2cache.Client(daemon.socket, strict=True)
+    assert client.put("pgo", "big", bytes(range(256)) * 4096)
+    assert client.put("pgo", "small", b"small value")
+    client._sock = Interrupting(client._sock, "recv")
+    with pytest.raises(KeyboardInterrupt):
+        client.get("pgo", "big")
+    assert not client.connected
+    assert client.get("pgo", "small") == b"small value"
+
+
+def test_error_inside_get_many_reads_the_rest_of_its_replies(tmp_root):
+    """An error reply in a pipelined get_many ends the call once the other
+    replies are read: the connection's next request gets its own reply."""
+
+    def respond(conn):
+        _, _, rid, _ = read_frame(conn)
+        conn.sendall(hello_reply(rid))
+        while True:
+            op, _, rid, body = read_frame(conn)
+            if body.endswith(b"bad"):
+                msg = b"disk on fire"
+                reply, status = struct.pack("<H", len(msg)) + msg, 0x17
+            else:
+                reply, status = b"value of " + body[-1:], 0
+            conn.sendall(struct.pack("<2sBBII", b"\xf2P", op, status, rid, len(reply)) + reply)
+
+    path = tmp_root / "many.sock"
+    peer = FakePeer(path, respond)
+    try:
+        client = pt2cache.Client(path, strict=True)
+        with pytest.raises(pt2cache.ServerError, match="disk on fire"):
+            client.get_many("pgo", ["bad", "a", "b", "c"])
+        assert client.connected
+        assert client.get("pgo", "x") == b"value of x"
+        assert peer.connections == 1
+    finally:
+        peer.close()
+
+
+def test_reply_claiming_gigabytes_costs_what_arrived(tmp_root):
+    """A peer that announces a huge max_value, then a 4 GiB reply of which 1000
+    bytes come: the client neither allocates the 4 GiB nor overstays its
+    timeout."""
+
+    def respond(conn):
+        _, _, rid, _ = read_frame(conn)
+        name = b"fake"
+        body = struct.pack("<HIQH", 1, 1, 1 << 62, 1024) + bytes([len(name)]) + name
+        conn.sendall(struct.pack("<2sBBII", b"\xf2P", 1, 0, rid, len(body)) + body)
+        _, _, rid, _ = read_frame(conn)
+        conn.sendall(struct.pack("<2sBBII", b"\xf2P", 3, 0, rid, 0xFFFFFFFF) + bytes(1000))
+        time.sleep(3)
+
+    path = tmp_root / "huge.sock"
+    peer = FakePeer(path, respond)
+    try:
+        client = pt2cache.Client(path, timeout=0.5, strict=True)
+        tracemalloc.start()
+        try:
+            start = time.perf_counter()
+            with pytest.raises(CacheTimeoutError):
+                client.get("pgo", "k")
+            elapsed = time.perf_counter() - start
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert elapsed < 1.5
+        assert peak < 100 << 20
     finally:
         peer.close()

@@ -9,6 +9,7 @@ the files it does not have, ``put(filename, data)``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -87,6 +88,11 @@ def test_a_file_name_too_long_for_a_key_still_gets_its_own_entry(client):
     assert pt_triton.entry_key(KEY_A, long_a) != pt_triton.entry_key(KEY_A, long_b)
     assert len(pt_triton.entry_key(KEY_A, long_a).encode()) <= 1024
     assert pt_triton.entry_key(KEY_A, "x.json") == f"{KEY_A}/x.json"
+    # A short name cannot be the long one's hashed form.
+    forged = "#sha256:" + hashlib.sha256(long_a.encode()).hexdigest()
+    assert pt_triton.entry_key(KEY_A, forged) != pt_triton.entry_key(KEY_A, long_a)
+    backend.put(forged, b"F")
+    assert backend.get([long_a, forged]) == {long_a: b"A", forged: b"F"}
 
 
 def test_without_a_daemon_gets_miss_and_puts_do_not_raise(tmp_root):

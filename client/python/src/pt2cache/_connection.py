@@ -26,6 +26,8 @@ _T = TypeVar("_T")
 # Values at least this large are sent with their own sendall() instead of being
 # copied behind the frame header.
 _SEPARATE_SEND = 64 * 1024
+# A reply's buffer starts at most this large and doubles as its bytes arrive.
+_FIRST_RECV_BUFFER = 64 << 20
 
 @dataclass(frozen=True)
 class ServerInfo:
@@ -119,6 +121,16 @@ class _Connection:
                 self._drop()
                 self._mark_down(str(e))
                 raise
+            except ServerError:
+                raise  # its whole reply was read: the connection is in step
+            except BaseException:
+                # Interrupted mid-request (KeyboardInterrupt, a signal
+                # handler's exception): part of a frame may be sent or unread,
+                # and the next request on this connection would be read as
+                # the rest of it (a value stored or returned with another
+                # request's bytes).
+                self._drop()
+                raise
             # The daemon dropped an idle connection (restart, idle exit):
             # one more try on a new one.
             self._open()
@@ -131,6 +143,11 @@ class _Connection:
             except (UnreachableError, CacheTimeoutError, ProtocolError) as e:
                 self._drop()
                 self._mark_down(str(e))
+                raise
+            except ServerError:
+                raise
+            except BaseException:
+                self._drop()
                 raise
 
     def _open(self) -> None:
@@ -278,11 +295,17 @@ class _Connection:
             return b""
         sock = self._sock
         assert sock is not None
-        buf = bytearray(n)
+        # Grown as bytes arrive, not sized by the header: a reply that claims
+        # gigabytes and stalls costs no more than what came.
+        buf = bytearray(min(n, _FIRST_RECV_BUFFER))
         view = memoryview(buf)
         got = 0
         try:
             while got < n:
+                if got == len(buf):
+                    view.release()
+                    buf.extend(bytes(min(len(buf), n - len(buf))))
+                    view = memoryview(buf)
                 sock.settimeout(_remaining(deadline, self._path))
                 count = sock.recv_into(view[got:])
                 if count == 0:

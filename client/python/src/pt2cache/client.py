@@ -529,9 +529,21 @@ class Client(_Connection):
                 # Only GETs are pipelined: replaying them when the connection
                 # turns out dead before any reply arrived is harmless.
                 self._send(b"".join(frames), b"", deadline, replayable=first)
+                # An error reply ends the call, but only once the window's
+                # other replies are read: left unread, they would answer the
+                # connection's next requests.
+                error: Optional[ServerError] = None
                 for rid in ids:
-                    out.append(self._receive(op, rid, deadline, value_reply=True,
-                                             replayable=not out))
+                    try:
+                        out.append(self._receive(op, rid, deadline, value_reply=True,
+                                                 replayable=not out))
+                    except ServerError as e:
+                        if self._sock is None:  # a closing error: nothing more comes
+                            raise
+                        error = error or e
+                        out.append((e.status, b""))
+                if error is not None:
+                    raise error
             return out
 
         if not bodies:

@@ -69,12 +69,13 @@ if not TYPE_CHECKING:
 def entry_key(cache_key: str, filename: str) -> str:
     """The daemon key of one file of one kernel: ``<cache key>/<filename>``,
     or, where that exceeds the protocol's key limit, the cache key and the
-    sha256 of the file name (still one entry per distinct file)."""
+    sha256 of the file name (still one entry per distinct file), behind a
+    ``/`` that no file name holds: no short name can take a long one's key."""
     key = f"{cache_key}/{filename}"
     if len(key.encode("utf-8", "surrogateescape")) <= _wire.MAX_KEY:
         return key
     digest = hashlib.sha256(filename.encode("utf-8", "surrogateescape")).hexdigest()
-    return f"{cache_key}/#sha256:{digest}"
+    return f"{cache_key}/#sha256/{digest}"
 
 
 class Backend(_Base):
