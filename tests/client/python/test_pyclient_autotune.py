@@ -159,10 +159,19 @@ def stored(kwargs=None, warps=4, stages=2, configs_hash=H, coordesc=False, **ext
 
 
 def coordesc_config(kwargs, warps, stages, groups=0, buffers=0):
-    c = at.Config(kwargs, num_warps=warps, num_stages=stages, num_consumer_groups=groups,
-                  num_buffers_warp_spec=buffers)
+    c = rebuilt(kwargs, warps, stages, groups, buffers)
     c.found_by_coordesc = True
     return c
+
+
+def with_extra(config, extra_options):
+    config.extra_options = extra_options
+    return config
+
+
+def rebuilt(kwargs, warps, stages, groups=0, buffers=0):
+    return at.Config(kwargs, num_warps=warps, num_stages=stages, num_consumer_groups=groups,
+                     num_buffers_warp_spec=buffers)
 
 
 # (id, best_config, configs, coordesc tuning, has_warp_spec, expected)
@@ -175,23 +184,29 @@ SELECTION = [
      [A, B], False, False, None),
     ("exactly one match", stored(), [A, B], False, False, A),
     ("match is by kwargs", stored({"XBLOCK": 128, "R0_BLOCK": 8}), [A, B], False, False, B),
-    ("no kwargs match", stored({"XBLOCK": 32, "R0_BLOCK": 8}), [A, B], False, False, None),
-    ("num_warps differs", stored(warps=2), [A, B], False, False, None),
+    ("no kwargs match: rebuilt", stored({"XBLOCK": 32, "R0_BLOCK": 8}), [A, B], False, False,
+     rebuilt({"XBLOCK": 32, "R0_BLOCK": 8}, 4, 2)),
+    ("num_warps differs: rebuilt", stored(warps=2), [A, B], False, False,
+     rebuilt({"XBLOCK": 64, "R0_BLOCK": 8}, 2, 2)),
     ("num_warps selects", stored(warps=8), [A, C], False, False, C),
-    ("num_stages differs", stored(stages=1), [A, B], False, False, None),
+    ("num_stages differs: rebuilt", stored(stages=1), [A, B], False, False,
+     rebuilt({"XBLOCK": 64, "R0_BLOCK": 8}, 4, 1)),
     ("num_stages selects", stored(stages=3), [A, D], False, False, D),
-    ("two candidates match", stored(), [A, A_TWIN], False, False, None),
-    ("empty candidate list", stored(), [], False, False, None),
+    ("two candidates match: rebuilt", stored(), [A, A_TWIN], False, False,
+     rebuilt({"XBLOCK": 64, "R0_BLOCK": 8}, 4, 2)),
+    ("empty candidate list: rebuilt", stored(), [], False, False,
+     rebuilt({"XBLOCK": 64, "R0_BLOCK": 8}, 4, 2)),
     ("candidate kwargs a subset of the stored ones", stored(), [A_SUBSET, B], False, False,
      A_SUBSET),
-    ("candidate has a kwarg the entry lacks", stored(), [A_EXTRA, B], False, False, None),
+    ("candidate has a kwarg the entry lacks: rebuilt", stored(), [A_EXTRA, B], False, False,
+     rebuilt({"XBLOCK": 64, "R0_BLOCK": 8}, 4, 2)),
     ("coordesc entry, tuning off: matched like any", stored(coordesc=True), [A, B], False,
      False, A),
-    ("coordesc entry, tuning off, not a candidate", stored({"XBLOCK": 256}, coordesc=True),
-     [A, B], False, False, None),
+    ("coordesc entry, tuning off, not a candidate: rebuilt, not flagged",
+     stored({"XBLOCK": 256}, coordesc=True), [A, B], False, False, rebuilt({"XBLOCK": 256}, 4, 2)),
     ("tuning on, entry not by coordesc: matched", stored(), [A, B], True, False, A),
-    ("tuning on, entry not by coordesc, no match", stored({"XBLOCK": 256}), [A, B], True, False,
-     None),
+    ("tuning on, entry not by coordesc, no match: rebuilt", stored({"XBLOCK": 256}), [A, B],
+     True, False, rebuilt({"XBLOCK": 256}, 4, 2)),
     ("tuning on and coordesc entry: used as stored", stored({"XBLOCK": 256, "R0_BLOCK": 4},
                                                            warps=16, stages=5, coordesc=True),
      [A, B], True, False, coordesc_config({"XBLOCK": 256, "R0_BLOCK": 4}, 16, 5)),
@@ -209,6 +224,12 @@ SELECTION = [
     ("coordesc entry without num_warps: a miss, not a KeyError",
      {k: v for k, v in stored(coordesc=True).items() if k != "num_warps"}, [A], True, False,
      None),
+    ("no match and no num_stages: a miss, not a KeyError",
+     {k: v for k, v in stored({"XBLOCK": 256}).items() if k != "num_stages"}, [A], False, False,
+     None),
+    ("extra_options go with a rebuilt config, not into its kwargs",
+     stored({"XBLOCK": 256}, coordesc=True, extra_options={"foo": 1}), [A], True, False,
+     with_extra(coordesc_config({"XBLOCK": 256}, 4, 2), {"foo": 1})),
 ]
 
 
@@ -225,8 +246,23 @@ def test_load_cached_autotuning(best, configs, tuning, warp_spec, expected):
     else:
         assert isinstance(got, at.Config)
         assert not any(got is c for c in configs)
-        assert got == expected
-        assert got.found_by_coordesc
+        assert got == expected  # found_by_coordesc and extra_options included
+
+
+def test_extra_options_are_set_on_the_matching_candidate():
+    """As Inductor does: the candidate itself gets the stored extra_options
+    (None when the entry has none), and best_config() stores them."""
+    a, b = (at.Config({"XBLOCK": x}, num_warps=4, num_stages=2) for x in (64, 128))
+    a.extra_options = {"stale": True}
+    got = at.load_cached_autotuning(stored({"XBLOCK": 64}, extra_options={"foo": 1}), H, [a, b],
+                                    False)
+    assert got is a and a.extra_options == {"foo": 1} and "extra_options" not in a.kwargs
+    assert at.load_cached_autotuning(stored({"XBLOCK": 64}), H, [a, b], False) is a
+    assert a.extra_options is None
+    a.extra_options = {"foo": 1}
+    saved = at.best_config(a, H, 0)
+    assert saved["extra_options"] == {"foo": 1}
+    assert "extra_options" not in at.best_config(b, H, 0)
 
 
 # ---------------------------------------------------------------- typed API on Client
@@ -308,7 +344,11 @@ def test_coordesc_best_config_round_trip(client):
     got = client.read_best_config(keys, configs, coordinate_descent_tuning=True)
     assert got.found_by_coordesc and got.kwargs == tuned.kwargs
     assert (got.num_warps, got.num_stages) == (16, 1)
-    assert client.read_best_config(keys, configs, coordinate_descent_tuning=False) is None
+    # That tuning off: rebuilt from the entry all the same, as Inductor 2.15
+    # does for a config that is not among the candidates, but not flagged.
+    plain = client.read_best_config(keys, configs, coordinate_descent_tuning=False)
+    assert not plain.found_by_coordesc and plain.kwargs == tuned.kwargs
+    assert (plain.num_warps, plain.num_stages) == (16, 1)
 
 
 def test_typed_api_without_daemon(tmp_root):

@@ -92,10 +92,12 @@ class Config:
         self.num_consumer_groups = num_consumer_groups
         self.num_buffers_warp_spec = num_buffers_warp_spec
         self.found_by_coordesc = False
+        # A third-party backend's tuned options, stored beside the config.
+        self.extra_options: Any = None
 
     def _fields(self) -> Tuple[Any, ...]:
         return (self.kwargs, self.num_warps, self.num_stages, self.num_consumer_groups,
-                self.num_buffers_warp_spec, self.found_by_coordesc)
+                self.num_buffers_warp_spec, self.found_by_coordesc, self.extra_options)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Config):
@@ -203,6 +205,9 @@ def best_config(
         "time_taken_ms": time_taken_ns // 1000000,
         "triton_cache_hash": triton_cache_hash,
     }
+    extra_options = getattr(config, "extra_options", None)
+    if extra_options:
+        data["extra_options"] = extra_options
     if has_warp_spec:
         data.update({
             "num_consumer_groups": getattr(config, "num_consumer_groups", 0),
@@ -236,18 +241,21 @@ def load_cached_autotuning(
     *,
     has_warp_spec: bool = False,
 ) -> Optional[Any]:
-    """``autotune_cache._load_cached_autotuning``, with
+    """``autotune_cache._load_cached_autotuning`` (torch 2.15), with
     ``inductor_meta["coordinate_descent_tuning"]`` passed as a flag:
 
     - no best-config, or its ``configs_hash`` differs: None;
-    - coordinate-descent tuning on and ``found_by_coordesc`` set: a new
-      :class:`Config` from the stored values, ``found_by_coordesc = True``;
-    - otherwise the one candidate whose kwargs, ``num_warps`` and
-      ``num_stages`` all match; None when none or several do.
+    - unless coordinate-descent tuning is on and ``found_by_coordesc`` is
+      set, the one candidate whose kwargs, ``num_warps`` and ``num_stages``
+      all match, its ``extra_options`` set to the stored ones (as Inductor
+      sets them on the candidate);
+    - otherwise (no single candidate matches, or a coordesc entry with that
+      tuning on) a new :class:`Config` from the stored values, with their
+      ``extra_options``, and ``found_by_coordesc`` for the coordesc case.
 
-    Unlike Inductor, ``best_config`` is not modified (a copy is used), and a
-    coordesc entry without ``num_warps`` / ``num_stages`` is a miss rather
-    than a KeyError.
+    Unlike Inductor, ``best_config`` is not modified (a copy is used), and an
+    entry without ``num_warps`` / ``num_stages`` that must be rebuilt is a
+    miss rather than a KeyError.
     """
     if best_config is None:
         return None
@@ -256,30 +264,34 @@ def load_cached_autotuning(
         return None
     best.pop("time_taken_ms", None)
     best.pop("triton_cache_hash", None)
-    if coordinate_descent_tuning and best.pop("found_by_coordesc", False):
-        if "num_warps" not in best or "num_stages" not in best:
-            return None
-        num_warps = best.pop("num_warps")
-        num_stages = best.pop("num_stages")
-        extra = {}
-        if has_warp_spec:
-            extra = {
-                "num_consumer_groups": best.pop("num_consumer_groups", 0),
-                "num_buffers_warp_spec": best.pop("num_buffers_warp_spec", 0),
-            }
-        found = Config(best, num_warps=num_warps, num_stages=num_stages, **extra)
-        found.found_by_coordesc = True
-        return found
-    matching = [
-        cfg
-        for cfg in configs
-        if all(val == best.get(key) for key, val in cfg.kwargs.items())
-        and cfg.num_warps == best.get("num_warps")
-        and cfg.num_stages == best.get("num_stages")
-    ]
-    if len(matching) != 1:
+    extra_options = best.pop("extra_options", None)
+    found_by_coordesc = bool(coordinate_descent_tuning and best.pop("found_by_coordesc", False))
+    if not found_by_coordesc:
+        matching = [
+            cfg
+            for cfg in configs
+            if all(val == best.get(key) for key, val in cfg.kwargs.items())
+            and cfg.num_warps == best.get("num_warps")
+            and cfg.num_stages == best.get("num_stages")
+        ]
+        if len(matching) == 1:
+            matching[0].extra_options = extra_options
+            return matching[0]
+    best.pop("found_by_coordesc", None)
+    if "num_warps" not in best or "num_stages" not in best:
         return None
-    return matching[0]
+    num_warps = best.pop("num_warps")
+    num_stages = best.pop("num_stages")
+    warp_spec = {}
+    if has_warp_spec:
+        warp_spec = {
+            "num_consumer_groups": best.pop("num_consumer_groups", 0),
+            "num_buffers_warp_spec": best.pop("num_buffers_warp_spec", 0),
+        }
+    rebuilt = Config(best, num_warps=num_warps, num_stages=num_stages, **warp_spec)
+    rebuilt.extra_options = extra_options
+    rebuilt.found_by_coordesc = found_by_coordesc
+    return rebuilt
 
 
 @dataclass(frozen=True)

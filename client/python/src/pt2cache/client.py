@@ -391,8 +391,9 @@ class Client(_Connection):
         bundle_token: Optional[int] = None,
     ) -> Optional[Any]:
         """Inductor's ``AutotuneCache.read_best``: the candidate of ``configs``
-        that the stored best-config selects, a new config when it was found by
-        coordinate descent (and that tuning is on), or None."""
+        that the stored best-config selects, else a new config built from it
+        (found by coordinate descent with that tuning on, or matching no
+        single candidate), or None."""
         from .autotune import load_cached_autotuning
 
         best = self.read_best_config_dict(keys, bundle_token=bundle_token)
