@@ -89,7 +89,10 @@ def install(client: Optional[Client] = None,
     ``client``: the :class:`pt2cache.Client` to use; default the process-wide
     :func:`pt2cache.default_client`. Returns the names of the classes now
     routed; classes this torch does not have are skipped (logged at info
-    level). Calling it again replaces the earlier installation.
+    level). Calling it again replaces the earlier routing of the classes; a
+    compile cache installed before (``compile_cache`` or
+    :func:`install_compile_cache`) stays until :func:`uninstall`, or is
+    replaced by this call's ``compile_cache``.
 
     ``compile_cache``: also route Inductor's C++ compiler through the
     launcher ``pt2cache-cxx`` (:func:`install_compile_cache` with
