@@ -2,7 +2,8 @@
 """A hostile Redis for tests (Python standard library only).
 
 It answers the commands pt2cached sends to set a connection up and to probe
-(AUTH, SELECT, CLIENT SETNAME, PING) as Redis does, keeps SET values, and
+(AUTH, SELECT, CLIENT SETNAME, PING) as Redis does, keeps SET values (PTTL
+answers -1 for them, -2 for other keys), and
 answers GET with a scripted behaviour (`HostileRedis.behaviour`, one of
 BEHAVIOURS or STREAMS): lying lengths, truncation, a byte-by-byte drip,
 silence, a close mid-reply, RESP3 types, an error reply, a huge array header,
@@ -34,8 +35,10 @@ DRIP_INTERVAL = 0.005
 # The longest a drip goes on.
 HOLD_LIMIT = 30.0
 
-# GET behaviour -> (what it sends, then "hold" | "close" | "drip").
-# "hold" keeps the connection open (reading on) after sending.
+# GET behaviour -> (what it sends, then "hold" | "answered" | "close" |
+# "drip" | "late"). "hold" keeps the connection open (reading on) after
+# sending, and answers nothing more on it (Redis answers in order);
+# "answered" goes on answering the commands after it.
 BEHAVIOURS: dict[str, tuple[bytes, str]] = {
     # Well-behaved: nil (or the value of an earlier SET).
     "normal": (b"", "normal"),
@@ -63,7 +66,7 @@ BEHAVIOURS: dict[str, tuple[bytes, str]] = {
     "resp3_double": (b",3.14\r\n", "hold"),
     "resp3_null": (b"_\r\n", "hold"),
     # An error reply: a reply, not a protocol error.
-    "error_reply": (b"-ERR hostile says no\r\n", "hold"),
+    "error_reply": (b"-ERR hostile says no\r\n", "answered"),
     # 2^31-1 elements announced.
     "huge_array": (b"*2147483647\r\n", "hold"),
     # Not RESP at all.
@@ -76,7 +79,11 @@ BEHAVIOURS: dict[str, tuple[bytes, str]] = {
     "integer_reply": (b":42\r\n", "hold"),
     # A nil, then a reply nobody asked for.
     "extra_reply": (b"$-1\r\n+OK\r\n", "hold"),
+    # The right answer; LATE_DELAY later, an answer to nothing (a broken
+    # proxy): left unread, it would answer the connection's next request.
+    "late_extra_reply": (b"$5\r\nSTALE\r\n:-1\r\n", "late"),
 }
+LATE_DELAY = 0.1
 
 # GET behaviour -> (header, item, count): the header, then `item` `count`
 # times, as fast as the client reads. Each part is within the per-part limits;
@@ -136,6 +143,8 @@ class HostileRedis:
         self.behaviour = "normal"
         # What AUTH and SELECT are answered with.
         self.setup_reply = b"+OK\r\n"
+        # Seconds a normal GET waits before it is answered.
+        self.reply_delay = 0.0
         # When set: INFO says cluster_enabled:1 and CLUSTER SLOTS answers these bytes.
         self.cluster_slots: bytes | None = None
         self.values: dict[bytes, bytes] = {}
@@ -144,6 +153,8 @@ class HostileRedis:
         self.stopping = threading.Event()
         self.listener: socket.socket | None = None
         self.clients: list[socket.socket] = []
+        # Connections whose GET is held: later commands get no answer.
+        self.held: set[socket.socket] = set()
         self.threads: list[threading.Thread] = []
 
     def url(self) -> str:
@@ -223,6 +234,7 @@ class HostileRedis:
             with self.lock:
                 if client in self.clients:
                     self.clients.remove(client)
+                self.held.discard(client)
             client.close()
 
     def _answer(self, client: socket.socket, args: list[bytes]) -> bool:
@@ -230,6 +242,8 @@ class HostileRedis:
         name = args[0].upper().decode(errors="replace") if args else ""
         with self.lock:
             self.calls[name] = self.calls.get(name, 0) + 1
+            if client in self.held:
+                return True  # a held reply: Redis answers in order, so nothing after it
         if name in ("AUTH", "SELECT"):
             client.sendall(self.setup_reply)
         elif name == "CLIENT":
@@ -244,6 +258,8 @@ class HostileRedis:
             client.sendall(b":%d\r\n" % removed)
         elif name == "GET" and len(args) == 2:
             return self._scripted(client, args[1])
+        elif name == "PTTL" and len(args) == 2:
+            client.sendall(b":-1\r\n" if args[1] in self.values else b":-2\r\n")
         elif name == "INFO" and self.cluster_slots is not None:
             client.sendall(bulk(b"# Cluster\r\ncluster_enabled:1\r\n"))
         elif name == "CLUSTER" and self.cluster_slots is not None:
@@ -251,6 +267,13 @@ class HostileRedis:
         else:
             client.sendall(b"-ERR unknown command '%s'\r\n" % name.encode())
         return True
+
+    @staticmethod
+    def _send_quietly(client: socket.socket, data: bytes):
+        try:
+            client.sendall(data)
+        except OSError:
+            pass
 
     def _scripted(self, client: socket.socket, key: bytes) -> bool:
         if self.behaviour in STREAMS:
@@ -281,8 +304,11 @@ class HostileRedis:
             client.settimeout(0.1)
             return True
         payload, then = BEHAVIOURS[self.behaviour]
-        if then == "normal":
+        if then in ("normal", "late"):
+            time.sleep(self.reply_delay)
             client.sendall(bulk(self.values.get(key)))
+            if then == "late":  # after the PTTL the daemon sends with the GET
+                threading.Timer(LATE_DELAY, self._send_quietly, (client, payload)).start()
             return True
         if then == "drip":
             deadline = time.monotonic() + HOLD_LIMIT
@@ -296,6 +322,10 @@ class HostileRedis:
             client.sendall(payload)
         if then == "close":
             return False
+        if then == "answered":
+            return True
+        with self.lock:
+            self.held.add(client)
         return True  # "hold": the next read waits until the client gives up
 
 

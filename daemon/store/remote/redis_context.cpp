@@ -461,6 +461,9 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
     if (!m_usable) {
         return tl::make_unexpected(RedisError{RedisErrorKind::io, "connection already failed"});
     }
+    if (auto quiet = check_quiet(); !quiet) {
+        return tl::make_unexpected(std::move(quiet.error()));
+    }
     m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
     Budget budget{deadline};
     // The reader is idle between exchanges: the element limit is the largest
@@ -488,6 +491,28 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
             fail(RedisErrorKind::protocol, "unexpected bytes after the last reply"));
     }
     return replies;
+}
+
+tl::expected<void, RedisError> RedisConnection::check_quiet() {
+    // RESP2 has no unsolicited replies: a byte waiting before a request is
+    // sent is a reply to nothing (a peer out of step, which would answer this
+    // request with another's value), and an end of stream a peer gone.
+    short events = POLLIN;
+    const ssize_t got = receive({}, events);
+    if (got > 0) {
+        return tl::make_unexpected(
+            fail(RedisErrorKind::protocol, "unexpected bytes from Redis before a request"));
+    }
+    if (got == 0) {
+        return tl::make_unexpected(fail(RedisErrorKind::io, "Redis closed the connection"));
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        return {};
+    }
+    return tl::make_unexpected(fail(RedisErrorKind::io, !m_tls_error.empty()
+                                                            ? std::move(m_tls_error)
+                                                            : fmt::format("read: {}",
+                                                                          std::strerror(errno))));
 }
 
 tl::expected<RedisReplyPtr, RedisError> RedisConnection::command(const RedisCommand& command,

@@ -138,7 +138,10 @@ public:
     // `deadline` (extended for large transfers, see k_min_bytes_per_second).
     // An error reply is a reply, not an error. A reply that breaks the rules
     // in docs/remote.md, of a type its command does not accept, bytes beyond
-    // the last reply, or a close mid-reply are `protocol` errors. When
+    // the last reply or waiting before the first command is sent (a reply to
+    // nothing, which would answer these commands with another's value), or a
+    // close mid-reply are `protocol` errors; a close before the commands
+    // are sent is an `io` error (the pool retries on a new connection). When
     // `abort` becomes true the exchange stops within about 50 ms. After any
     // error the connection is unusable.
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
@@ -155,6 +158,9 @@ public:
     bool usable() const { return m_usable; }
 
 private:
+    // Nothing may wait on an idle connection (see exchange()).
+    tl::expected<void, RedisError> check_quiet();
+
     struct ContextDeleter {
         void operator()(redisContext* context) const;
     };

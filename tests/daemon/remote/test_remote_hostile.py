@@ -14,8 +14,9 @@ import pytest
 from pt2harness import wait_for
 
 from hostile_cases import CASES, HostileRedis, Result, run_case, table
-from hostile_redis import PACED, STREAMS
-from remote_helpers import MISS, OK, Native, fx_key, redis_args, remote_stats
+from hostile_redis import LATE_DELAY, PACED, STREAMS
+from remote_helpers import (MISS, OK, Native, fx_key, redis_args, remote_stats,
+                            wait_remote_state)
 
 OP_MS = 300
 CONNECT_MS = 200
@@ -58,7 +59,7 @@ def test_hostile_get(hostile_daemon, hostile, behaviour):
     assert r.reached, "the GET never reached the hostile server"
     assert r.status == (OK if behaviour == "normal" else MISS), r
     assert r.latency_s < OP_MS / 1000 + MARGIN_S, r
-    assert r.deltas[r.expected_counter] >= 1, r
+    assert r.deltas[r.expected_counter] >= 1, (r, hostile_daemon.log()[-2500:])
     if r.expected_counter != "protocol_errors":
         assert r.deltas["protocol_errors"] == 0, r
     assert not r.bystander_failures, r.bystander_failures
@@ -241,3 +242,38 @@ def test_hostile_cluster_slots(make_daemon, hostile, case):
     assert d.stats()["tiers"]["remote"]["cluster"] == "yes"
     assert client.put("fx-graph", fx_key("local")[1], b"v") == OK  # local tiers serve
     assert client.get("fx-graph", fx_key("local")[1]) == (OK, b"v")
+
+
+def test_a_late_reply_to_nothing_never_answers_a_request(make_daemon, hostile):
+    """A Redis (or a proxy) that sends a reply nobody asked for after a GET
+    was answered: the next request on that pooled connection finds it
+    waiting, counts a protocol error and drops the connection. Taken as its
+    answer, it had shifted every later reply by one (each key served the one
+    before's value, and backfilled)."""
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, pool_size=1), env=env)
+    keys = [fx_key(f"late-{i}") for i in range(4)]
+    for redis_key, _ in keys:
+        hostile.values[redis_key.encode()] = b"value of " + redis_key.encode()
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    hostile.behaviour = "late_extra_reply"
+    first_redis, first = keys[0]
+    assert client.get("fx-graph", first) == (OK, b"value of " + first_redis.encode())
+    hostile.behaviour = "normal"
+    # Answered after a pause, the next GET's reply comes after the stale one
+    # is read: the daemon must not take that for it.
+    hostile.reply_delay = 0.05
+    time.sleep(3 * LATE_DELAY)
+    answers = {}
+    for redis_key, inner in keys[1:]:
+        status, value = client.get("fx-graph", inner)
+        answers[inner] = value
+        assert status in (OK, MISS)
+        assert status == MISS or value == b"value of " + redis_key.encode(), answers
+    assert remote_stats(d)["protocol_errors"] == 1
+    assert "unexpected bytes from Redis before a request" in d.log()
+    # Nothing wrong was kept: asked again, every key is right or a miss.
+    for redis_key, inner in keys[1:]:
+        status, value = client.get("fx-graph", inner)
+        assert status == MISS or value == b"value of " + redis_key.encode()
