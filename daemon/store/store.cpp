@@ -247,8 +247,10 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
         } else if (result.error().failure != Failure::unavailable) {
             add(counters.tier(TierId::remote).misses);
             add(counters.tier(TierId::remote).errors);
-            logger().warn("{} get {}/{:?} failed: {}", m_remote->name(), ns, key,
-                          result.error().message);
+            if (const auto left_out = m_remote_get_log.take()) {
+                logger().warn("{} get {}/{:?} failed: {}{}", m_remote->name(), ns, key,
+                              result.error().message, left_out_note(*left_out));
+            }
             last_error = std::move(result.error());
         }
     }
@@ -415,8 +417,10 @@ tl::expected<void, StoreError> Store::put_remote(std::string_view ns, std::strin
         add(counters.bytes_in, entry.value.size());
     } else if (stored.error().failure != Failure::unavailable) {
         add(counters.errors);
-        logger().warn("{} put {}/{:?} failed: {}", m_remote->name(), ns, key,
-                      stored.error().message);
+        if (const auto left_out = m_remote_put_log.take()) {
+            logger().warn("{} put {}/{:?} failed: {}{}", m_remote->name(), ns, key,
+                          stored.error().message, left_out_note(*left_out));
+        }
     }
     return stored;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/store/disk/disk_tier.hpp"
+#include "daemon/store/log.hpp"
 #include "daemon/store/memory/memory_tier.hpp"
 #include "daemon/store/single_flight.hpp"
 #include "daemon/store/stats.hpp"
@@ -233,6 +234,10 @@ private:
     std::array<std::mutex, k_stripe_count> m_stripes;
     std::array<WriteCounts, k_stripe_count> m_writes;
     SingleFlight<tl::expected<std::optional<Entry>, StoreError>> m_remote_flights;
+    // A failing remote (error replies, timeouts) fails every request: one
+    // line per 10 s for gets, one for puts.
+    LogThrottle m_remote_get_log;
+    LogThrottle m_remote_put_log;
 };
 
 // A write's share of the counts, for its duration.

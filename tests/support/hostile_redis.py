@@ -145,6 +145,8 @@ class HostileRedis:
         self.setup_reply = b"+OK\r\n"
         # Seconds a normal GET waits before it is answered.
         self.reply_delay = 0.0
+        # When set: what PTTL answers, whatever the key.
+        self.pttl_reply: bytes | None = None
         # When set: INFO says cluster_enabled:1 and CLUSTER SLOTS answers these bytes.
         self.cluster_slots: bytes | None = None
         self.values: dict[bytes, bytes] = {}
@@ -259,7 +261,10 @@ class HostileRedis:
         elif name == "GET" and len(args) == 2:
             return self._scripted(client, args[1])
         elif name == "PTTL" and len(args) == 2:
-            client.sendall(b":-1\r\n" if args[1] in self.values else b":-2\r\n")
+            if self.pttl_reply is not None:
+                client.sendall(self.pttl_reply)
+            else:
+                client.sendall(b":-1\r\n" if args[1] in self.values else b":-2\r\n")
         elif name == "INFO" and self.cluster_slots is not None:
             client.sendall(bulk(b"# Cluster\r\ncluster_enabled:1\r\n"))
         elif name == "CLUSTER" and self.cluster_slots is not None:

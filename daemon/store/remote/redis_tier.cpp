@@ -2,6 +2,7 @@
 #include "daemon/store/remote/redis_tier.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "daemon/store/log.hpp"
 #include "proto/inductor_keys.hpp"
@@ -257,14 +258,28 @@ RedisTier::run_each(std::initializer_list<std::string_view> keys,
     return all;
 }
 
-bool RedisTier::with_ttl(Entry& entry, const RedisReply& pttl) {
+tl::expected<bool, StoreError> RedisTier::with_ttl(Entry& entry, const RedisReply& pttl,
+                                                  std::string_view redis_key) {
     // PTTL: milliseconds left, -1 for none, -2 for a key gone between the
-    // GET and the PTTL (expired or deleted meanwhile: a miss).
-    if (pttl.integer == -2) {
+    // GET and the PTTL (expired or deleted meanwhile), 0 for one expiring
+    // now: both a miss. Anything else (an error reply, such as an ACL
+    // refusal) leaves the expiry unknown: the value is not used, since a
+    // copy kept here without its TTL would be served for ever.
+    if (pttl.type != RedisReply::Type::integer || pttl.integer < -2) {
+        add(m_counters.errors);
+        return tl::make_unexpected(
+            StoreError{Failure::io, fmt::format("PTTL {:?}: Redis answered {:?}; the value is "
+                                                "not used (its expiry is unknown)",
+                                                redis_key, pttl.text())});
+    }
+    if (pttl.integer == -2 || pttl.integer == 0) {
         return false;
     }
     if (pttl.integer > 0) {
-        entry.expires_ms = entry.created_ms + pttl.integer;
+        // Saturating: an expiry past the range of the clock is none.
+        const bool representable =
+            pttl.integer <= std::numeric_limits<UnixMs>::max() - entry.created_ms;
+        entry.expires_ms = representable ? entry.created_ms + pttl.integer : 0;
     }
     return true;
 }
@@ -299,7 +314,11 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
         Entry entry;
         entry.value = reply.data;
         entry.created_ms = now_ms();
-        if (!with_ttl(entry, *(*replies)[1])) {
+        auto live = with_ttl(entry, *(*replies)[1], *redis_key);
+        if (!live) {
+            return tl::make_unexpected(std::move(live.error()));
+        }
+        if (!*live) {
             add(m_counters.misses);
             return std::nullopt;
         }

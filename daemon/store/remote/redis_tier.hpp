@@ -126,8 +126,11 @@ private:
     tl::expected<std::vector<RedisReplyPtr>, RedisError>
     run_each(std::initializer_list<std::string_view> keys, std::span<const RedisCommand> commands,
              Route route, const std::atomic<bool>* abort = nullptr);
-    // Sets `entry`'s expiry from a PTTL reply; false when the key was gone.
-    static bool with_ttl(Entry& entry, const RedisReply& pttl);
+    // Sets `entry`'s expiry from the PTTL reply that came with its GET;
+    // false when the key was gone or expiring, an error (counted) when the
+    // reply gives no expiry.
+    tl::expected<bool, StoreError> with_ttl(Entry& entry, const RedisReply& pttl,
+                                            std::string_view redis_key);
     // Counts a failed operation (errors, timeouts, protocol_errors).
     void count_failure(const RedisError& error);
     // Detects (remote.cluster = auto) whether the seed is a cluster node.

@@ -114,7 +114,11 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get_signed(const std::
     Entry entry;
     entry.value = value.data;
     entry.created_ms = now_ms();
-    if (!with_ttl(entry, *(*replies)[1])) {
+    auto live = with_ttl(entry, *(*replies)[1], redis_key);
+    if (!live) {
+        return tl::make_unexpected(std::move(live.error()));
+    }
+    if (!*live) {
         add(m_counters.misses);
         return std::nullopt;
     }

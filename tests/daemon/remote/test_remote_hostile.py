@@ -277,3 +277,36 @@ def test_a_late_reply_to_nothing_never_answers_a_request(make_daemon, hostile):
     for redis_key, inner in keys[1:]:
         status, value = client.get("fx-graph", inner)
         assert status == MISS or value == b"value of " + redis_key.encode()
+
+
+@pytest.mark.parametrize("pttl,outcome", [
+    (b"-NOPERM this user has no permissions to run the 'pttl' command\r\n", "error"),
+    (b":0\r\n", "miss"),
+    (b":-7\r\n", "error"),
+    (b":9223372036854775807\r\n", "hit"),
+    (b":-1\r\n", "hit"),
+])
+def test_the_ttl_that_comes_with_a_value(make_daemon, hostile, pttl, outcome):
+    """A value is used only with its expiry: a PTTL refused (an ACL without
+    PTTL) or out of range is an error, counted, and the value is not kept (a
+    local copy without its TTL would outlive the Redis key for ever); 0 is a
+    key expiring now (a miss); the largest TTL is no expiry, not an
+    overflow."""
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS), env=env)
+    redis_key, inner = fx_key(f"pttl-{outcome}")
+    hostile.values[redis_key.encode()] = b"remote value"
+    hostile.pttl_reply = pttl
+    wait_remote_state(d, "connected")
+    before = remote_stats(d)
+    client = Native(d.socket)
+    status, value = client.get("fx-graph", inner)
+    after = remote_stats(d)
+    assert (status, value) == ((OK, b"remote value") if outcome == "hit" else (MISS, b""))
+    assert after["errors"] - before["errors"] == (1 if outcome == "error" else 0)
+    if outcome == "error":
+        assert "the value is not used (its expiry is unknown)" in d.log()
+    # Nothing was kept locally but a hit.
+    hostile.values.clear()
+    assert client.get("fx-graph", inner)[0] == (OK if outcome == "hit" else MISS)
+    assert d.proc.poll() is None
