@@ -509,10 +509,9 @@ tl::expected<void, RedisError> RedisConnection::check_quiet() {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
         return {};
     }
-    return tl::make_unexpected(fail(RedisErrorKind::io, !m_tls_error.empty()
-                                                            ? std::move(m_tls_error)
-                                                            : fmt::format("read: {}",
-                                                                          std::strerror(errno))));
+    return tl::make_unexpected(fail(
+        RedisErrorKind::io, !m_tls_error.empty() ? std::move(m_tls_error)
+                                                 : fmt::format("read: {}", std::strerror(errno))));
 }
 
 tl::expected<RedisReplyPtr, RedisError> RedisConnection::command(const RedisCommand& command,
