@@ -24,6 +24,10 @@ bool hashable(std::string_view path) {
            path.find('\0') == std::string_view::npos;
 }
 
+// The most path bytes one lookup expands (a manifest of 2,700 inputs, as a
+// compile with Boost.Asio and Python.h records, takes about 300 KB).
+constexpr std::size_t k_max_expanded_bytes = 64 << 20;
+
 proto::Error storage_error(const store::StoreError& error) {
     return {proto::Status::storage_error, error.message};
 }
@@ -62,37 +66,49 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
         co_return answer;
     }
     // The current state of every path the variants name, expanded for this
-    // invocation.
+    // invocation (on a worker: a manifest may name many paths, and the
+    // request's rules may grow each one).
     const auto names = cxx::manifest_paths(*manifest);
     std::vector<proto::FileHash> now(names.paths.size());
-    std::vector<std::string> expanded;
-    std::vector<std::size_t> slot;
-    for (std::size_t i = 0; i < names.paths.size(); ++i) {
-        if (const auto pin = cxx::pin_state(names.paths[i], request->rules)) {
-            now[i] = *pin; // a directory, not a file: nothing to hash
-            continue;
+    const bool decided = co_await offload(*context.blocking, [&] {
+        std::vector<std::string> expanded;
+        std::vector<std::size_t> slot;
+        std::size_t total = 0;
+        for (std::size_t i = 0; i < names.paths.size(); ++i) {
+            if (const auto pin = cxx::pin_state(names.paths[i], request->rules)) {
+                now[i] = *pin; // a directory, not a file: nothing to hash
+                continue;
+            }
+            auto path = cxx::expand_placeholders_within(names.paths[i], request->rules,
+                                                        proto::k_max_hash_path);
+            if (!path) {
+                return false; // longer than the daemon hashes
+            }
+            if (path->find(cxx::k_placeholder_mark) != std::string::npos) {
+                now[i].status = proto::FileStatus::unreadable; // a directory this invocation lacks
+                continue;
+            }
+            total += path->size();
+            if (!hashable(*path) || total > k_max_expanded_bytes ||
+                std::chrono::steady_clock::now() > deadline) {
+                return false;
+            }
+            expanded.push_back(std::move(*path));
+            slot.push_back(i);
         }
-        auto path = cxx::expand_placeholders(names.paths[i], request->rules);
-        if (path.find(cxx::k_placeholder_mark) != std::string::npos) {
-            now[i].status = proto::FileStatus::unreadable; // a directory this invocation lacks
-            continue;
+        const std::vector<std::string_view> views(expanded.begin(), expanded.end());
+        const auto hashes = context.file_hashes.hash_all(views, deadline);
+        for (std::size_t j = 0; j < hashes.size(); ++j) {
+            if (hashes[j].status == proto::FileStatus::skipped) {
+                return false;
+            }
+            now[slot[j]] = hashes[j];
         }
-        if (!hashable(path)) {
-            answer.outcome = LookupOutcome::undecided;
-            co_return answer;
-        }
-        expanded.push_back(std::move(path));
-        slot.push_back(i);
-    }
-    const std::vector<std::string_view> views(expanded.begin(), expanded.end());
-    auto hashes = co_await offload(*context.blocking,
-                                   [&] { return context.file_hashes.hash_all(views, deadline); });
-    for (std::size_t j = 0; j < hashes.size(); ++j) {
-        if (hashes[j].status == proto::FileStatus::skipped) {
-            answer.outcome = LookupOutcome::undecided;
-            co_return answer;
-        }
-        now[slot[j]] = hashes[j];
+        return true;
+    });
+    if (!decided) {
+        answer.outcome = LookupOutcome::undecided;
+        co_return answer;
     }
 
     for (std::size_t v = 0; v < manifest->variants.size(); ++v) {

@@ -154,19 +154,48 @@ std::string result_key(std::string_view common_key, const Variant& variant) {
     return std::string(k_result_prefix) + hasher.hex_digest();
 }
 
-std::string expand_placeholders(std::string_view text, std::span<const PlaceholderRule> rules) {
+std::optional<std::string> expand_placeholders_within(std::string_view text,
+                                                      std::span<const PlaceholderRule> rules,
+                                                      std::size_t limit) {
+    if (text.size() > limit) {
+        return std::nullopt;
+    }
     std::string out(text);
+    std::string next;
     for (const auto& rule : rules) {
-        if (rule.placeholder.empty()) {
+        const std::string_view placeholder = rule.placeholder;
+        if (placeholder.empty()) {
             continue;
         }
-        std::size_t at = 0;
-        while ((at = out.find(rule.placeholder, at)) != std::string::npos) {
-            out.replace(at, rule.placeholder.size(), rule.directory);
-            at += rule.directory.size();
+        std::size_t at = out.find(placeholder);
+        if (at == std::string::npos) {
+            continue;
         }
+        // One pass: the text between matches, then the directory. A match
+        // is looked for after the previous one's placeholder, so never in a
+        // directory this rule put in (a later rule does expand those).
+        next.clear();
+        std::size_t from = 0;
+        while (at != std::string::npos) {
+            if (next.size() + (at - from) + rule.directory.size() > limit) {
+                return std::nullopt;
+            }
+            next.append(out, from, at - from);
+            next += rule.directory;
+            from = at + placeholder.size();
+            at = out.find(placeholder, from);
+        }
+        if (next.size() + (out.size() - from) > limit) {
+            return std::nullopt;
+        }
+        next.append(out, from);
+        out.swap(next);
     }
     return out;
+}
+
+std::string expand_placeholders(std::string_view text, std::span<const PlaceholderRule> rules) {
+    return *expand_placeholders_within(text, rules, std::string::npos);
 }
 
 Digest pin_digest(std::string_view directory) {

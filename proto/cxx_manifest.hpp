@@ -82,6 +82,12 @@ struct PlaceholderRule {
 // `text` with every rule's placeholder replaced by its directory, rule by
 // rule in order.
 std::string expand_placeholders(std::string_view text, std::span<const PlaceholderRule> rules);
+// The same, or nothing once the text would pass `limit` bytes: rules whose
+// directories hold other placeholders grow a text geometrically, and the
+// work stays linear in `limit` per rule.
+std::optional<std::string> expand_placeholders_within(std::string_view text,
+                                                      std::span<const PlaceholderRule> rules,
+                                                      std::size_t limit);
 
 // The mark every placeholder starts with: an expanded path that still holds
 // it names a directory the invocation does not have.

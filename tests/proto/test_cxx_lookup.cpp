@@ -139,6 +139,23 @@ TEST_CASE("placeholders expand rule by rule, in order", "[proto][cxx_lookup]") {
     // Rules apply one after the other: a later rule expands what an earlier one put in.
     const std::vector<PlaceholderRule> tricky = {{"@A@", "/@B@"}, {"@B@", "/b"}};
     CHECK(expand_placeholders("@A@/f", tricky) == "//b/f");
+    // A match is looked for after the previous one, never in what it put in.
+    const std::vector<PlaceholderRule> again = {{"@A@", "/x@A@"}};
+    CHECK(expand_placeholders("@A@@A@", again) == "/x@A@/x@A@");
+}
+
+TEST_CASE("placeholder expansion stops at a length", "[proto][cxx_lookup]") {
+    const std::vector<PlaceholderRule> rules = {{"@A@", "/aaaa"}, {"a", "/bb"}};
+    CHECK(expand_placeholders("@A@/f", rules) == "//bb/bb/bb/bb/f");
+    CHECK(expand_placeholders_within("@A@/f", rules, 15) == "//bb/bb/bb/bb/f");
+    CHECK_FALSE(expand_placeholders_within("@A@/f", rules, 14));
+    CHECK_FALSE(expand_placeholders_within("/toolong", {}, 7));
+    CHECK(expand_placeholders_within("/short", {}, 6) == "/short");
+    // Rules that multiply: each '/' becomes 4096, twice (16 M per '/'), then
+    // doubled: refused after a few KB of work, not expanded.
+    const std::vector<PlaceholderRule> growing = {
+        {"/", std::string(4096, '/')}, {"/", std::string(4096, '/')}, {"/", "//"}};
+    CHECK_FALSE(expand_placeholders_within("/a/b/c", growing, 4096));
 }
 
 TEST_CASE("manifest variants match on status and hash of every input", "[proto][cxx_lookup]") {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import struct
+import time
 
 import pytest
 
@@ -154,3 +155,20 @@ def test_undecided_lookup_falls_back_to_the_launchers_own_matching(make_daemon, 
     assert b"CXX_LOOKUP undecided: matching here" in changed.stderr, changed.stderr
     assert b"miss: no manifest variant matches the inputs" in changed.stderr, changed.stderr
     assert daemon.stats()["compile"]["cxx"]["builds"] == 2
+
+
+def test_rules_that_grow_paths_without_end_are_undecided_at_once(daemon, built):
+    """Rules whose directories hold the next rule's placeholder multiply a
+    path's length rule by rule ('/' -> 4096 slashes, twice): the daemon stops
+    expanding a path once it is longer than it hashes and answers UNDECIDED
+    within its budget, serving others meanwhile. It had expanded into
+    gigabytes on its I/O thread, answering no one for minutes."""
+    common, _, _ = built
+    conn = NativeClient(daemon.socket)
+    hostile = [("/", "/" * 4096), ("/", "/" * 4096), ("/", "//")]
+    started = time.monotonic()
+    outcome, _, _ = lookup(conn, common, hostile)
+    assert outcome == UNDECIDED
+    assert time.monotonic() - started < 2.5
+    NativeClient(daemon.socket).ping()
+    assert daemon.proc.poll() is None
