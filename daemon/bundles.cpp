@@ -268,9 +268,12 @@ BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::th
     if (!pending.empty()) {
         const auto shared = std::make_shared<decltype(pending)>(std::move(pending));
         const auto bundle = std::string(key);
+        // Only where the entry in memory is still the restored one: a PUT
+        // or DEL of the key acknowledged since must not be undone.
         const auto write = [&store, shared, bundle](std::size_t i) {
             auto& [basename, entry] = (*shared)[i];
-            if (auto stored = store.put(autotune::k_namespace, basename, entry); !stored) {
+            if (auto stored = store.put_disk_behind(autotune::k_namespace, basename, entry);
+                !stored) {
                 logger("bundle").warn("bundle {}: entry {} not written to disk: {}", bundle,
                                       basename, stored.error().message);
             }

@@ -2,6 +2,7 @@
 #include "daemon/store/store.hpp"
 
 #include <algorithm>
+#include <bitset>
 #include <chrono>
 
 #include "daemon/store/log.hpp"
@@ -52,10 +53,6 @@ void Store::set_policy(StorePolicy policy) {
 std::shared_ptr<const StorePolicy> Store::policy() const {
     std::lock_guard lock(m_policies_mutex);
     return m_policies.back();
-}
-
-std::mutex& Store::stripe(std::string_view ns, std::string_view key) {
-    return m_stripes[stripe_of(ns, key)];
 }
 
 void Store::count_force_disabled_get(std::string_view ns, bool local, bool remote) {
@@ -309,9 +306,7 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
     tl::expected<void, StoreError> local_result;
     if (local) {
         const WriteScope write(*this, stripe_of(ns, key));
-        std::unique_lock<std::mutex> lock;
         if (mode == PutMode::only_if_absent) {
-            lock = std::unique_lock(stripe(ns, key));
             if (m_memory_on != nullptr && m_memory_on->contains(ns, key)) {
                 return PutOutcome::not_stored;
             }
@@ -367,17 +362,24 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
     if (m_disk_on != nullptr && !m_disk_on->async_writes()) {
         return 0; // the disk writes in the caller's thread: not here
     }
+    // Each stripe once (its mutex is not recursive), only tried: a stripe
+    // another write holds leaves the rest of the run to the worker path.
     thread_local std::vector<std::size_t> stripes; // kept: no allocation per pipeline
     stripes.clear();
+    std::bitset<k_stripe_count> held;
+    std::size_t taken = 0;
     for (const QuickPut& put : puts.first(count)) {
         const auto stripe = stripe_of(put.ns, put.key);
-        if (!try_begin_write(stripe)) {
-            break; // a remote hit is being copied to disk: the rest waits elsewhere
+        if (!held[stripe]) {
+            if (!try_begin_write(stripe)) {
+                break;
+            }
+            held[stripe] = true;
+            stripes.push_back(stripe);
         }
-        stripes.push_back(stripe);
+        ++taken;
     }
-    count = stripes.size();
-    const std::size_t offered = count;
+    count = taken;
     if (m_disk_on != nullptr) {
         // First, so that a full write queue leaves the rest undone.
         count = m_disk_on->try_put_many(puts.first(count));
@@ -386,8 +388,8 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
     if (m_memory_on != nullptr) {
         m_memory_on->put_many(puts);
     }
-    for (std::size_t i = 0; i < offered; ++i) {
-        end_write(stripes[i]);
+    for (const auto stripe : stripes) {
+        end_write(stripe);
     }
     for (const QuickPut& put : puts) {
         NamespaceCounters& counters = m_stats.ns(put.ns);
@@ -472,12 +474,14 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
             error = std::move(result.error());
         }
     };
-    const WriteScope write(*this, stripe_of(ns, key));
-    if (m_memory_on != nullptr) {
-        take(m_memory_on->remove(ns, key));
-    }
-    if (m_disk_on != nullptr) {
-        take(m_disk_on->remove(ns, key));
+    {
+        const WriteScope write(*this, stripe_of(ns, key));
+        if (m_memory_on != nullptr) {
+            take(m_memory_on->remove(ns, key));
+        }
+        if (m_disk_on != nullptr) {
+            take(m_disk_on->remove(ns, key));
+        }
     }
     const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (remote_serves(*policy, ns) && !policy->remote_read_only) {

@@ -92,9 +92,13 @@ public:
     std::size_t put_quick_many(std::span<const QuickPut> puts);
 
     // The memory tier's share of a put, alone (a bundle's entries, served
-    // at once; `put` follows). Counted as a write (see WriteCounts).
+    // at once; put_disk_behind follows). Counted as a write (see WriteCounts).
     tl::expected<void, StoreError> put_memory(std::string_view ns, std::string_view key,
                                               const Entry& entry);
+    // The disk copy of an entry put_memory stored, if memory still holds that
+    // very value (no write of the key since): true when written. On a worker.
+    tl::expected<bool, StoreError> put_disk_behind(std::string_view ns, std::string_view key,
+                                                   const Entry& entry);
 
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
@@ -172,15 +176,15 @@ private:
     static tl::expected<void, StoreError> check_value_size(const StorePolicy& policy,
                                                            const Entry& entry);
 
-    std::mutex& stripe(std::string_view ns, std::string_view key);
-
     // Writes of a stripe's keys (puts, removes, clears), counted as they
     // begin and end. A backfill (a lower tier's value copied up) lands only
     // where no write was under way when it read the value and none has begun
     // since: else it could bring back what a later put replaced or a delete
-    // removed. With a remote tier, a write begins under the stripe's mutex,
-    // so a remote hit's copy to disk, checked and queued under it, comes
-    // wholly before or after the write.
+    // removed. A write holds its stripe's mutex from its first local tier to
+    // its last (WriteScope), so that concurrent writes of a key leave memory
+    // and disk in the same state, and a remote hit's copy to disk, checked
+    // and queued under it, comes wholly before or after a write. An I/O
+    // thread only tries the mutex (put_quick_many).
     struct WriteCounts {
         std::atomic<std::uint64_t> begun{0};
         std::atomic<std::uint64_t> ended{0};
@@ -188,8 +192,9 @@ private:
     class WriteScope;
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
-    // begin_write unless the stripe's mutex is held (a remote hit being
-    // copied to disk, which may wait for room in the write queue): false.
+    // begin_write unless the stripe's mutex is held (another write, or a
+    // remote hit being copied to disk, which may wait for room in the write
+    // queue): false.
     bool try_begin_write(std::size_t stripe);
     void end_write(std::size_t stripe);
     // The stripe's count of writes begun, when none is under way.

@@ -46,8 +46,7 @@ tl::expected<PutOutcome, StoreError> Store::restore(std::string_view ns, std::st
     if (policy->force_disable || !local || entry.expired(now)) {
         return PutOutcome::not_stored;
     }
-    const WriteScope write(*this, stripe_of(ns, key));
-    std::lock_guard lock(stripe(ns, key));
+    const WriteScope write(*this, stripe_of(ns, key)); // the check and the write, atomic
     if (!replace) {
         // The disk tier holds every local entry; the memory tier only
         // without one.

@@ -2,7 +2,8 @@
 //
 // Store's write counts (store.hpp, Store::WriteCounts): what keeps a
 // backfill from bringing back a value a later put replaced or a delete
-// removed.
+// removed; and the stripes' mutexes, which every local write of a key holds
+// from its first tier to its last, so that the tiers end in the same state.
 #include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/memory/memory_tier.hpp"
 #include "daemon/store/store.hpp"
@@ -30,22 +31,12 @@ std::size_t Store::stripe_of(std::string_view ns, std::string_view key) {
 }
 
 void Store::begin_write(std::size_t stripe) {
-    if (!m_remote) {
-        // No remote hit is copied to disk: nothing to wait for.
-        m_writes[stripe].begun.fetch_add(1);
-        return;
-    }
-    std::lock_guard lock(m_stripes[stripe]);
+    m_stripes[stripe].lock();
     m_writes[stripe].begun.fetch_add(1);
 }
 
 bool Store::try_begin_write(std::size_t stripe) {
-    if (!m_remote) {
-        m_writes[stripe].begun.fetch_add(1);
-        return true;
-    }
-    std::unique_lock lock(m_stripes[stripe], std::try_to_lock);
-    if (!lock) {
+    if (!m_stripes[stripe].try_lock()) {
         return false;
     }
     m_writes[stripe].begun.fetch_add(1);
@@ -54,6 +45,7 @@ bool Store::try_begin_write(std::size_t stripe) {
 
 void Store::end_write(std::size_t stripe) {
     m_writes[stripe].ended.fetch_add(1);
+    m_stripes[stripe].unlock();
 }
 
 std::optional<std::uint64_t> Store::quiet_mark(std::size_t stripe) const {
@@ -85,6 +77,29 @@ tl::expected<void, StoreError> Store::put_memory(std::string_view ns, std::strin
     }
     const WriteScope write(*this, stripe_of(ns, key));
     return m_memory_on->put(ns, key, entry);
+}
+
+tl::expected<bool, StoreError> Store::put_disk_behind(std::string_view ns, std::string_view key,
+                                                      const Entry& entry) {
+    if (m_disk_on == nullptr || m_memory_on == nullptr) {
+        return false;
+    }
+    const WriteScope write(*this, stripe_of(ns, key));
+    // Memory still holds this very value only if no write of the key came
+    // after put_memory (an overwrite replaces it, a delete removes it); an
+    // eviction loses the disk copy too, which only costs a miss.
+    const auto current = m_memory_on->peek(ns, key);
+    if (!current || current->value.bytes().data() != entry.value.bytes().data()) {
+        return false;
+    }
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (auto stored = m_disk_on->put(ns, key, entry); !stored) {
+        counters.tier(TierId::disk).errors.fetch_add(1, std::memory_order_relaxed);
+        return tl::make_unexpected(std::move(stored.error()));
+    }
+    counters.tier(TierId::disk).puts.fetch_add(1, std::memory_order_relaxed);
+    counters.tier(TierId::disk).bytes_in.fetch_add(entry.value.size(), std::memory_order_relaxed);
+    return true;
 }
 
 tl::expected<std::uint64_t, StoreError> Store::clear(std::string_view ns) {
