@@ -57,8 +57,9 @@ bool hash_fd(int fd, std::uint64_t size, std::chrono::steady_clock::time_point d
     if (!state || XXH3_128bits_reset(state.get()) != XXH_OK) {
         return false;
     }
-    std::vector<char> buffer(
-        std::min<std::uint64_t>(std::max<std::uint64_t>(size, 1), k_read_chunk));
+    // Sized by the file, but never tiny: a file whose size stat does not
+    // know (procfs says 0) would be read a byte per call.
+    std::vector<char> buffer(std::clamp<std::uint64_t>(size, 64 * 1024, k_read_chunk));
     std::uint64_t total = 0;
     for (;;) {
         const ssize_t n = ::read(fd, buffer.data(), buffer.size());

@@ -86,3 +86,17 @@ def test_cache_follows_stat(daemon, tmp_root):
     same = tmp_root / "same.h"
     same.write_bytes(b"#define A 2\n")
     assert hash_files(conn, [same])[0] == changed
+
+
+def test_a_file_whose_size_stat_does_not_know_is_read_in_chunks(daemon):
+    """procfs files say size 0: read a byte per call, /proc/kallsyms (MBs)
+    took the whole 2 s budget (SKIPPED), a worker held meanwhile. Read in
+    64 KiB chunks, it takes a fraction of that."""
+    if not os.access("/proc/kallsyms", os.R_OK):
+        pytest.skip("/proc/kallsyms is not readable here")
+    conn = NativeClient(daemon.socket)
+    started = time.monotonic()
+    (status, size, _), = hash_files(conn, ["/proc/kallsyms"])
+    took = time.monotonic() - started
+    assert status == OK and size > 1_000_000, (status, size)
+    assert took < 1.5, took
