@@ -147,6 +147,8 @@ class HostileRedis:
         self.reply_delay = 0.0
         # When set: what PTTL answers, whatever the key.
         self.pttl_reply: bytes | None = None
+        # Answers for the first INFO commands, one each, before the usual.
+        self.info_replies: list[bytes] = []
         # When set: INFO says cluster_enabled:1 and CLUSTER SLOTS answers these bytes.
         self.cluster_slots: bytes | None = None
         self.values: dict[bytes, bytes] = {}
@@ -265,6 +267,8 @@ class HostileRedis:
                 client.sendall(self.pttl_reply)
             else:
                 client.sendall(b":-1\r\n" if args[1] in self.values else b":-2\r\n")
+        elif name == "INFO" and self.info_replies:
+            client.sendall(self.info_replies.pop(0))
         elif name == "INFO" and self.cluster_slots is not None:
             client.sendall(bulk(b"# Cluster\r\ncluster_enabled:1\r\n"))
         elif name == "CLUSTER" and self.cluster_slots is not None:

@@ -201,11 +201,11 @@ RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admi
     return tl::make_unexpected(std::move(error));
 }
 
-void RedisTier::count_failure(const RedisError& error) {
+void RedisTier::count_failure(const RedisError& error, bool protocol_counted) {
     const bool timeout =
         error.kind == RedisErrorKind::timeout || error.kind == RedisErrorKind::exhausted;
     add(timeout ? m_counters.timeouts : m_counters.errors);
-    if (error.kind == RedisErrorKind::protocol) {
+    if (error.kind == RedisErrorKind::protocol && !protocol_counted) {
         add(m_counters.protocol_errors);
     }
 }
@@ -259,7 +259,7 @@ RedisTier::run_each(std::initializer_list<std::string_view> keys,
 }
 
 tl::expected<bool, StoreError> RedisTier::with_ttl(Entry& entry, const RedisReply& pttl,
-                                                  std::string_view redis_key) {
+                                                   std::string_view redis_key) {
     // PTTL: milliseconds left, -1 for none, -2 for a key gone between the
     // GET and the PTTL (expired or deleted meanwhile), 0 for one expiring
     // now: both a miss. Anything else (an error reply, such as an ACL
@@ -443,7 +443,8 @@ void RedisTier::probe() {
             m_breaker.release(admission); // stopping, or the other flusher is asking
 
         } else {
-            count_failure(refreshed.error());
+            // The cluster counted the protocol errors of the nodes it asked.
+            count_failure(refreshed.error(), true);
             if (refreshed.error().kind == RedisErrorKind::reply) {
                 // E.g. remote.cluster = true on a Redis that is not a cluster:
                 // no connectivity failure, so say why the tier stays connecting.
@@ -475,9 +476,19 @@ void RedisTier::detect_mode(Admission admission) {
     const bool cluster = reply.type == RedisReply::Type::string &&
                          reply.text().find("cluster_enabled:1") != std::string_view::npos;
     if (reply.type == RedisReply::Type::error) {
+        // A refusal (an ACL without INFO, a proxy without it) decides; a
+        // Redis still loading, busy or without its master does not yet.
+        const auto text = reply.text();
+        if (!text.starts_with("NOPERM") && !text.starts_with("ERR")) {
+            if (const auto left_out = m_topology_log.take()) {
+                remote_logger().warn("Redis at {} answered INFO cluster with {:?}: asking again{}",
+                                     m_options.endpoint.describe(), text, left_out_note(*left_out));
+            }
+            return; // the mode stays unknown: the next probe asks again
+        }
         remote_logger().warn("Redis at {} refused INFO cluster ({}): not using cluster mode "
                              "(set remote.cluster = true if it is a cluster)",
-                             m_options.endpoint.describe(), reply.text());
+                             m_options.endpoint.describe(), text);
     }
     if (cluster) {
         remote_logger().info("Redis at {} is a cluster node: cluster mode",

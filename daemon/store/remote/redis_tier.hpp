@@ -132,7 +132,7 @@ private:
     tl::expected<bool, StoreError> with_ttl(Entry& entry, const RedisReply& pttl,
                                             std::string_view redis_key);
     // Counts a failed operation (errors, timeouts, protocol_errors).
-    void count_failure(const RedisError& error);
+    void count_failure(const RedisError& error, bool protocol_counted = false);
     // Detects (remote.cluster = auto) whether the seed is a cluster node.
     void detect_mode(Admission admission);
 

@@ -238,6 +238,8 @@ def test_hostile_cluster_slots(make_daemon, hostile, case):
     stats = remote_stats(d)
     assert stats["topology_refreshes"] == 0
     assert stats["protocol_errors"] + stats["errors"] + stats["timeouts"] >= 1
+    # Each refused reply counted once (it was twice: by the cluster and the probe).
+    assert stats["protocol_errors"] <= hostile.count("CLUSTER"), stats
     assert not stats["state"].startswith("connected")
     assert d.stats()["tiers"]["remote"]["cluster"] == "yes"
     assert client.put("fx-graph", fx_key("local")[1], b"v") == OK  # local tiers serve
@@ -314,3 +316,25 @@ def test_the_ttl_that_comes_with_a_value(make_daemon, hostile, pttl, outcome):
     hostile.values.clear()
     assert client.get("fx-graph", inner)[0] == (OK if outcome == "hit" else MISS)
     assert d.proc.poll() is None
+
+
+def test_a_redis_still_loading_is_asked_again_whether_it_is_a_cluster(make_daemon):
+    """cluster = auto asks INFO cluster once: a LOADING reply (Redis reading
+    its data after a restart) decided single mode for good, and every GET of
+    the cluster node then failed with MOVED. Now the next probe asks again."""
+    node = HostileRedis(port=0).start()
+    try:
+        node.cluster_slots = _slots(_range(0, 16383, b"127.0.0.1", node.port))
+        node.info_replies = [b"-LOADING Redis is loading the dataset in memory\r\n"] * 2
+        env = {"TORCHINDUCTOR_REDIS_URL": node.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+        d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS), env=env)
+        wait_for(lambda: d.stats()["tiers"]["remote"]["cluster"] == "yes",
+                 what="cluster mode detected", timeout=30)
+        assert node.count("INFO") >= 3
+        assert "answered INFO cluster with \"LOADING" in d.log()
+        wait_for(lambda: remote_stats(d)["topology_refreshes"] >= 1, what="topology loaded",
+                 timeout=30)
+        stats = remote_stats(d)
+        assert stats["protocol_errors"] == 0, stats
+    finally:
+        node.stop()
