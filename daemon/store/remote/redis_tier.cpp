@@ -521,12 +521,15 @@ void RedisTier::write(WriteItem item) {
                        : run_keyed(item.key, commands, Route::write, &m_abort);
     if (!replies && replies.error().kind == RedisErrorKind::suspended) {
         // Suspended meanwhile (in a cluster: the key's node): the entry waits
-        // for the end of the cool-down.
-        if (!m_queue.requeue(std::move(item))) {
+        // for the end of the cool-down; in a cluster behind the other nodes'
+        // entries, which go on (at the head, the flusher took it again and
+        // again, and no node's writes went out).
+        const bool cluster = cluster_active();
+        if (!m_queue.requeue(std::move(item), cluster)) {
             add(m_counters.queue_drops);
         }
-        if (cluster_active()) {
-            // Other nodes' entries go on; this one is not retried in a tight loop.
+        if (cluster) {
+            // Not retried in a tight loop when only its node's entries are left.
             std::this_thread::sleep_for(Milliseconds(5));
         }
         update_gauges();

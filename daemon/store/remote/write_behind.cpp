@@ -89,7 +89,7 @@ WriteBehindQueue::PushResult WriteBehindQueue::push(WriteItem item) {
     return result;
 }
 
-bool WriteBehindQueue::requeue(WriteItem item) {
+bool WriteBehindQueue::requeue(WriteItem item, bool at_back) {
     bool stored = false;
     {
         std::lock_guard lock(m_mutex);
@@ -99,7 +99,7 @@ bool WriteBehindQueue::requeue(WriteItem item) {
         if (erased || newer_queued) {
             stored = true; // superseded: nothing of it is to be written
         } else if (m_bytes + item.bytes() <= m_options.capacity_bytes) {
-            enqueue(std::move(item), true);
+            enqueue(std::move(item), !at_back);
             stored = true;
         }
     }

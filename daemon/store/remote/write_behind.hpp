@@ -67,11 +67,12 @@ public:
     PushResult push(WriteItem item);
 
     // Puts back an entry that `pop` handed out (its write failed and it gets
-    // another try) at the head of its lane; false when there is no room
-    // (nothing else is dropped for it). True, without queueing it, when a
-    // newer write of its key is queued or its key was erased meanwhile. Ends
-    // the entry's `in flight` state.
-    bool requeue(WriteItem item);
+    // another try) at the head of its lane, or with `at_back` at its tail
+    // (in a cluster, behind the writes of nodes that are up); false when
+    // there is no room (nothing else is dropped for it). True, without
+    // queueing it, when a newer write of its key is queued or its key was
+    // erased meanwhile. Ends the entry's `in flight` state.
+    bool requeue(WriteItem item, bool at_back = false);
 
     // The next entry (see the policy above) of a key with no write in
     // flight; it is `in flight` until `finished` or `requeue`. Waits until

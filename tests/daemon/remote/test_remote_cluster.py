@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -406,3 +407,30 @@ def test_cluster_with_tls_and_signing(tmp_root, make_daemon):
         third = daemon("tls-third")
         assert Native(third.socket).get("fx-graph", inner) == (MISS, b"")
         assert remote_stats(third)["rejected_bad_signature"] == 1
+
+
+def test_a_frozen_master_holds_back_only_its_own_writes(tmp_root, make_daemon):
+    """Queued writes of a master that stopped answering (SIGSTOP) wait for
+    it; the other masters' writes go out meanwhile. The frozen node's entry,
+    put back at the head of the queue, had been taken again and again: no
+    master got its writes while the node was down."""
+    with RedisCluster(tmp_root / "cluster", masters=3, replicas=0) as cluster:
+        d = cluster_daemon(make_daemon, cluster, "frozen")
+        victim = cluster.masters()[2]
+        keys = [fx_key(f"hol-{i}") for i in range(150)]
+        owner = {redis_key: cluster.master_for_key(redis_key) for redis_key, _ in keys}
+        cluster.kill(victim, signal.SIGSTOP)
+        try:
+            client = Native(d.socket)
+            for n, (_, inner) in enumerate(keys):
+                assert client.put("fx-graph", inner, b"v%d" % n) == OK
+            live = [(n, redis_key) for n, (redis_key, _) in enumerate(keys)
+                    if owner[redis_key] is not victim]
+            assert len(live) >= 50
+
+            def written():
+                return all(get_on(cluster, owner[k], k) == b"v%d" % n for n, k in live)
+            wait_for(written, timeout=15, interval=0.25, what="the live masters' writes")
+            assert remote_stats(d)["queue_entries"] >= 1  # the frozen node's wait
+        finally:
+            cluster.kill(victim, signal.SIGCONT)

@@ -88,6 +88,22 @@ TEST_CASE("write-behind queue requeue, erase, drain, idle", "[store][write_behin
     CHECK(queue.drain().size() == 2);
     CHECK(queue.bytes() == 0);
 
+    SECTION("requeue at the back lets the others go first") {
+        WriteBehindQueue behind(small_queue(1000));
+        behind.push(item("down", 9)); // a suspended cluster node's key
+        behind.push(item("up1", 9));
+        behind.push(item("up2", 9));
+        auto down = behind.pop(Clock::now());
+        REQUIRE(down->key == "down");
+        CHECK(behind.requeue(std::move(*down), true));
+        for (const char* key : {"up1", "up2", "down"}) {
+            auto next = behind.pop(Clock::now());
+            REQUIRE(next);
+            CHECK(next->key == key);
+            behind.finished(key);
+        }
+    }
+
     SECTION("requeue without room gives up") {
         WriteBehindQueue tight(small_queue(20));
         tight.push(item("x", 9));
