@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "daemon/asio.hpp"
+#include "daemon/store/request_arrival.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -23,8 +24,9 @@ awaitable<std::invoke_result_t<Fn>> offload(asio::thread_pool& pool, Fn fn) {
     static_assert(std::is_default_constructible_v<Result>);
     auto initiation = [&pool, fn = std::move(fn)](auto handler) mutable {
         auto work = asio::make_work_guard(asio::get_associated_executor(handler));
-        asio::post(pool, [handler = std::move(handler), fn = std::move(fn),
-                          work = std::move(work)]() mutable {
+        asio::post(pool, [handler = std::move(handler), fn = std::move(fn), work = std::move(work),
+                          posted = store::RequestArrival::Clock::now()]() mutable {
+            const store::RequestArrival arrival(posted);
             std::exception_ptr error;
             Result result{};
             try {

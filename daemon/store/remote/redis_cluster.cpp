@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "daemon/store/log.hpp"
+#include "daemon/store/request_arrival.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -115,7 +116,16 @@ tl::expected<std::vector<RedisReplyPtr>, RedisError>
 RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand> commands,
                       Route route_kind, const std::atomic<bool>* abort) {
     const auto slot = proto::cluster_key_slot(routing_key);
-    const auto deadline = SteadyClock::now() + m_options.seed.op_timeout;
+    // A client's request counts from its arrival (RedisTier::execute): also
+    // over the two keys of a signed entry whose companion is elsewhere.
+    auto deadline = SteadyClock::now() + m_options.seed.op_timeout;
+    if (const auto arrived = RequestArrival::current()) {
+        deadline = std::min(deadline, *arrived + m_options.seed.op_timeout);
+        if (deadline <= SteadyClock::now()) {
+            return tl::make_unexpected(
+                RedisError{RedisErrorKind::suspended, "the request waited past its deadline"});
+        }
+    }
     Milliseconds connecting{0};
     bool replica = false;
     Node* node = route(slot, route_kind, replica);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "daemon/store/log.hpp"
+#include "daemon/store/request_arrival.hpp"
 #include "proto/inductor_keys.hpp"
 
 #include <fmt/format.h>
@@ -182,10 +183,20 @@ tl::expected<std::vector<RedisReplyPtr>, RedisError>
 RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admission admission,
                    const std::atomic<bool>* abort) {
     // One deadline for waiting on the pool and the exchange; the time spent
-    // connecting (bounded by the connect timeout) comes on top of it.
+    // connecting (bounded by the connect timeout) comes on top of it. A
+    // client's request counts from its arrival: one that waited for a worker
+    // past the deadline is answered locally, without asking Redis.
+    auto deadline = SteadyClock::now() + m_options.endpoint.op_timeout;
+    if (const auto arrived = RequestArrival::current()) {
+        deadline = std::min(deadline, *arrived + m_options.endpoint.op_timeout);
+        if (deadline <= SteadyClock::now()) {
+            m_breaker.release(admission);
+            return tl::make_unexpected(RedisError{
+                RedisErrorKind::suspended, "the request waited for a worker past its deadline"});
+        }
+    }
     Milliseconds connecting{0};
-    auto replies =
-        pool.run(commands, SteadyClock::now() + m_options.endpoint.op_timeout, connecting, abort);
+    auto replies = pool.run(commands, deadline, connecting, abort);
     if (replies) {
         m_breaker.success(admission);
         on_success();

@@ -263,8 +263,8 @@ def test_wrong_password_suspends_and_serves_locally(make_daemon, tmp_root):
 
 def test_auth_with_acl_user_and_select(make_daemon, redis_server):
     direct = redis_client(redis_server)
-    direct.execute_command("ACL", "SETUSER", "cache", "on", ">pw", "~pt2:*", "+get", "+set",
-                           "+del", "+ping", "+select")
+    direct.execute_command("ACL", "SETUSER", "cache", "on", ">pw", "~pt2:*", "+get", "+pttl",
+                           "+set", "+del", "+ping", "+select")
     env = {"TORCHINDUCTOR_REDIS_URL": f"unix://cache:pw@{redis_server.socket}?db=2",
            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
     d = make_daemon(*redis_args(), env=env)

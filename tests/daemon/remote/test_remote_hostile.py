@@ -338,3 +338,42 @@ def test_a_redis_still_loading_is_asked_again_whether_it_is_a_cluster(make_daemo
         assert stats["protocol_errors"] == 0, stats
     finally:
         node.stop()
+
+
+def test_a_slow_redis_holds_no_request_past_its_deadline(make_daemon, hostile):
+    """Every GET answered after 250 ms (under the 300 ms op timeout) and 24
+    of them at once, for 4 workers: each request's deadline counts from its
+    arrival, so those that waited for a worker are answered locally at once
+    (skipped). Counted from when a worker took them, the last had waited
+    six round trips, and a local PUT behind them as long."""
+    hostile.reply_delay = 0.25
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS),
+                    "--set", "daemon.blocking_threads=4", env=env)
+    wait_remote_state(d, "connected")
+    latencies = []
+    lock = threading.Lock()
+
+    def one_get(i):
+        client = Native(d.socket)
+        started = time.monotonic()
+        status, _ = client.get("fx-graph", fx_key(f"slow-{i}")[1])
+        with lock:
+            latencies.append((time.monotonic() - started, status))
+        client.close()
+
+    threads = [threading.Thread(target=one_get, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    bystander = Native(d.socket)
+    started = time.monotonic()
+    assert bystander.put("pgo", b"local", b"v") == OK
+    local_s = time.monotonic() - started
+    for t in threads:
+        t.join(timeout=30)
+    assert len(latencies) == 24 and all(status == MISS for _, status in latencies)
+    slowest = max(s for s, _ in latencies)
+    assert slowest < OP_MS / 1000 + MARGIN_S, sorted(s for s, _ in latencies)
+    assert local_s < OP_MS / 1000 + MARGIN_S, local_s
+    assert remote_stats(d)["skipped"] >= 1
