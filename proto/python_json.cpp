@@ -2,6 +2,7 @@
 #include "proto/python_json.hpp"
 
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -362,8 +363,37 @@ void python_json_dump(const nlohmann::ordered_json& value, std::string& out) {
     }
 }
 
+namespace {
+
+// Whether the number token at the start of `text` is an integer outside
+// int64 and uint64 (the parser would make it a double, which json.dumps
+// writes otherwise: 2**64 as 1.8446744073709552e+19); its length in `size`.
+bool integer_out_of_range(std::string_view text, std::size_t& size) {
+    size = 0;
+    while (size < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[size])) != 0 ||
+            std::string_view("-+.eE").find(text[size]) != std::string_view::npos)) {
+        ++size;
+    }
+    const auto token = text.substr(0, size);
+    if (token.find_first_of(".eE") != std::string_view::npos) {
+        return false; // a float: the parser keeps it as Python would
+    }
+    const bool negative = token.starts_with('-');
+    auto digits = token.substr(negative ? 1 : 0);
+    while (digits.size() > 1 && digits.front() == '0') {
+        digits.remove_prefix(1); // not JSON anyway: the parser refuses it
+    }
+    const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
+    return digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit);
+}
+
+} // namespace
+
 nlohmann::ordered_json parse_json(std::string_view text) {
-    // Brackets outside strings; a text that is not JSON fails in the parser.
+    // Brackets outside strings, and integers out of range, which a text that
+    // is otherwise JSON would change; a text that is not JSON fails in the
+    // parser.
     std::size_t depth = 0;
     bool in_string = false;
     for (std::size_t i = 0; i < text.size(); ++i) {
@@ -376,6 +406,12 @@ nlohmann::ordered_json parse_json(std::string_view text) {
             }
         } else if (c == '"') {
             in_string = true;
+        } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c)) != 0) {
+            std::size_t size = 0;
+            if (integer_out_of_range(text.substr(i), size)) {
+                return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
+            }
+            i += size - 1;
         } else if (c == '[' || c == '{') {
             if (++depth > k_max_json_depth) {
                 return nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);

@@ -218,3 +218,20 @@ TEST_CASE("parse_json refuses JSON nested deeper than k_max_json_depth", "[proto
     CHECK(parse_json("{\"x\": [1, 2").is_discarded());
     CHECK(parse_json("[[]]]").is_discarded()); // a stray close is the parser's to refuse
 }
+
+TEST_CASE("parse_json refuses integers it would turn into floats", "[proto][python_json]") {
+    // json.dumps writes 2**64 back as 18446744073709551616; the parser makes
+    // it a double (1.8446744073709552e+19): such a text is not taken.
+    CHECK(parse_json(R"({"a": 18446744073709551615})")["a"] == 18446744073709551615ULL);
+    CHECK(parse_json(R"({"a": -9223372036854775808})")["a"] == INT64_MIN);
+    CHECK(parse_json(R"({"a": 18446744073709551616})").is_discarded());
+    CHECK(parse_json(R"({"a": -9223372036854775809})").is_discarded());
+    CHECK(parse_json(R"([1, 123456789012345678901234567890])").is_discarded());
+    // Floats, and digits inside strings, are not integers.
+    CHECK(parse_json(R"({"a": 123456789012345678901234567890.5})").is_object());
+    CHECK(parse_json(R"({"a": 1e30})").is_object());
+    CHECK(
+        parse_json(R"({"123456789012345678901234567890": "99999999999999999999999"})").is_object());
+    CHECK(python_json_dumps(parse_json(R"({"a": 18446744073709551615, "b": -1})")) ==
+          R"({"a": 18446744073709551615, "b": -1})");
+}
