@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <spawn.h>
@@ -51,6 +52,11 @@ std::string slurp(int fd) {
 }
 
 } // namespace
+
+std::string env_or(const char* name, std::string fallback) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::string(value) : fallback;
+}
 
 void write_all(int fd, std::string_view text) {
     while (!text.empty()) {

@@ -32,6 +32,9 @@ void exec_program(const std::string& program, std::span<const std::string> args)
 // Writes all of `text` to `fd`, retrying short writes.
 void write_all(int fd, std::string_view text);
 
+// The environment variable `name`, or `fallback` when it is unset.
+std::string env_or(const char* name, std::string fallback = {});
+
 // Ends this process as a process that ended with `result` would: the same
 // exit status, or the same signal.
 [[noreturn]] void exit_like(const RunResult& result);
