@@ -5,6 +5,7 @@
 // answered locally at once instead of starting a round trip nobody waits for.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -25,6 +26,13 @@ public:
     // The arrival of the job this thread runs; nullopt outside one (the
     // remote tier's own threads, tests).
     static std::optional<Clock::time_point> current() { return s_current; }
+
+    // now + `timeout`, or for a request's job its arrival + `timeout` when
+    // sooner (already past for one that waited longer).
+    static Clock::time_point deadline_after(Clock::duration timeout) {
+        const auto own = Clock::now() + timeout;
+        return s_current ? std::min(own, *s_current + timeout) : own;
+    }
 
 private:
     inline static thread_local std::optional<Clock::time_point> s_current;

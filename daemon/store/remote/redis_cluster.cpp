@@ -118,13 +118,10 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
     const auto slot = proto::cluster_key_slot(routing_key);
     // A client's request counts from its arrival (RedisTier::execute): also
     // over the two keys of a signed entry whose companion is elsewhere.
-    auto deadline = SteadyClock::now() + m_options.seed.op_timeout;
-    if (const auto arrived = RequestArrival::current()) {
-        deadline = std::min(deadline, *arrived + m_options.seed.op_timeout);
-        if (deadline <= SteadyClock::now()) {
-            return tl::make_unexpected(
-                RedisError{RedisErrorKind::suspended, "the request waited past its deadline"});
-        }
+    const auto deadline = RequestArrival::deadline_after(m_options.seed.op_timeout);
+    if (deadline <= SteadyClock::now()) {
+        return tl::make_unexpected(
+            RedisError{RedisErrorKind::suspended, "the request waited past its deadline"});
     }
     Milliseconds connecting{0};
     bool replica = false;

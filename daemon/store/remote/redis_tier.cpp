@@ -178,14 +178,11 @@ RedisTier::execute(RedisPool& pool, std::span<const RedisCommand> commands, Admi
     // connecting (bounded by the connect timeout) comes on top of it. A
     // client's request counts from its arrival: one that waited for a worker
     // past the deadline is answered locally, without asking Redis.
-    auto deadline = SteadyClock::now() + m_options.endpoint.op_timeout;
-    if (const auto arrived = RequestArrival::current()) {
-        deadline = std::min(deadline, *arrived + m_options.endpoint.op_timeout);
-        if (deadline <= SteadyClock::now()) {
-            m_breaker.release(admission);
-            return tl::make_unexpected(RedisError{
-                RedisErrorKind::suspended, "the request waited for a worker past its deadline"});
-        }
+    const auto deadline = RequestArrival::deadline_after(m_options.endpoint.op_timeout);
+    if (deadline <= SteadyClock::now()) {
+        m_breaker.release(admission);
+        return tl::make_unexpected(RedisError{RedisErrorKind::suspended,
+                                              "the request waited for a worker past its deadline"});
     }
     Milliseconds connecting{0};
     auto replies = pool.run(commands, deadline, connecting, abort);

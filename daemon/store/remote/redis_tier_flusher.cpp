@@ -19,10 +19,6 @@ void add(std::atomic<std::uint64_t>& counter) {
     counter.fetch_add(1, std::memory_order_relaxed);
 }
 
-spdlog::logger& remote_log() {
-    return remote_logger();
-}
-
 // Connectivity failures a queued write survives (it waits in the queue while
 // Redis is unreachable; these are failures of writes tried while it seemed up).
 constexpr unsigned k_write_attempts = 3;
@@ -173,7 +169,7 @@ void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason
     if (!suppressed) {
         return;
     }
-    remote_log().warn(
+    remote_logger().warn(
         "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
         *suppressed == 0 ? std::string()
                          : fmt::format(" ({} more refusals not logged)", *suppressed));
