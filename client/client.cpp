@@ -44,6 +44,8 @@ PT2CACHE_SAME_STATUS(busy);
 constexpr std::size_t k_read_buffer = 64u << 10;
 // Reads at least this large go straight into their destination.
 constexpr std::size_t k_direct_read = 16u << 10;
+// A reply body's first allocation (Client::receive_body).
+constexpr std::uint64_t k_first_body_step = 256u << 20;
 // Error bodies are one str16.
 constexpr std::uint64_t k_max_error_body = 2 + std::numeric_limits<std::uint16_t>::max();
 constexpr std::uint64_t k_max_hello_body = 2 + 4 + 8 + 2 + 1 + 255;
@@ -271,6 +273,25 @@ tl::expected<void, Error> Client::receive(std::span<std::byte> out, Clock::time_
     return {};
 }
 
+tl::expected<void, Error> Client::receive_body(Bytes& body, std::uint64_t length,
+                                               Clock::time_point deadline) {
+    // The buffer grows with the bytes that arrive, not with what the header
+    // announces: a header that lies (up to max_value, 4 GiB) costs a
+    // first step, not the whole allocation. The first step holds a
+    // precompiled header's result (about 160 MB) without a copy.
+    std::size_t filled = 0;
+    while (filled < length) {
+        const std::uint64_t step = std::max<std::uint64_t>(k_first_body_step, filled);
+        const auto target = static_cast<std::size_t>(std::min(length, filled + step));
+        body.resize(target);
+        if (auto ok = receive(std::span(body).subspan(filled), deadline); !ok) {
+            return ok;
+        }
+        filled = target;
+    }
+    return {};
+}
+
 Error Client::refusal(std::span<const std::byte> head) {
     // A daemon over its connection limits answers as Redis does, with one
     // error line, and closes (docs/protocol.md, "Refusal").
@@ -321,8 +342,8 @@ tl::expected<Client::Reply, Error> Client::read_reply(proto::Op op, std::uint32_
                        fmt::format("{} reply of {} bytes from pt2cached exceeds the limit of {}",
                                    proto::op_name(op), header->length, limit)}));
     }
-    Reply reply{status, Bytes(header->length)};
-    if (auto ok = receive(reply.body, deadline); !ok) {
+    Reply reply{status, {}};
+    if (auto ok = receive_body(reply.body, header->length, deadline); !ok) {
         return tl::unexpected(std::move(ok.error()));
     }
     if (is_error) {

@@ -327,6 +327,9 @@ private:
                                    std::chrono::steady_clock::time_point deadline);
     tl::expected<void, Error> receive(std::span<std::byte> out,
                                       std::chrono::steady_clock::time_point deadline);
+    // Reads a reply body of `length` bytes into `body`.
+    tl::expected<void, Error> receive_body(Bytes& body, std::uint64_t length,
+                                           std::chrono::steady_clock::time_point deadline);
     // The error for a refusal line ("-ERR max number of clients reached")
     // whose first bytes are `head`.
     Error refusal(std::span<const std::byte> head);

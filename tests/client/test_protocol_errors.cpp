@@ -6,7 +6,9 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <thread>
@@ -218,6 +220,57 @@ TEST_CASE("replies that do not fit are refused", "[client][errors]") {
     CHECK(result.error().kind == client::ErrorKind::protocol);
     CHECK_FALSE(client.connected());
     CHECK(std::chrono::steady_clock::now() - start < 400ms);
+}
+
+namespace {
+
+// A line of /proc/self/status ("VmHWM", "VmRSS") in bytes; 0 if absent.
+std::uint64_t status_bytes(std::string_view field) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':') {
+            return std::stoull(line.substr(field.size() + 1)) << 10;
+        }
+    }
+    return 0;
+}
+
+} // namespace
+
+TEST_CASE("a reply body's buffer grows with its bytes, not its header", "[client][errors]") {
+    // The header announces 3 GiB (within the announced max_value), then 1 MiB
+    // arrives and the peer goes silent: the client times out having
+    // allocated its first step, not 3 GiB.
+    constexpr std::uint64_t announced = 3ull << 30;
+    ScriptedPeer peer([](int fd) {
+        if (!hello(fd, announced)) {
+            return;
+        }
+        auto request = read_request(fd);
+        if (!request) {
+            return;
+        }
+        std::vector<std::byte> out;
+        proto::encode_response_header(out, proto::Op::get, request->header.id, proto::Status::ok,
+                                      announced);
+        out.resize(out.size() + (1u << 20), std::byte{'x'});
+        write_all(fd, out);
+        std::array<std::byte, 1> more;
+        read_exact(fd, more.data(), more.size());
+    });
+    client::Client client(peer.options());
+    REQUIRE(client.connect());
+    // Resets VmHWM, the peak resident size, to the current one.
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const std::uint64_t before = status_bytes("VmRSS");
+    REQUIRE(before > 0);
+    auto result = client.get("pgo", "k");
+    REQUIRE_FALSE(result);
+    CHECK(result.error().kind == client::ErrorKind::timeout);
+    const std::uint64_t peak = status_bytes("VmHWM");
+    INFO("resident before " << before << " bytes, peak " << peak);
+    CHECK(peak < before + (1ull << 30));
 }
 
 TEST_CASE("a silent daemon times out", "[client][errors]") {
