@@ -2,6 +2,7 @@
 // worker pool for blocking work, and the daemon's lifecycle flags.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -47,7 +48,10 @@ struct Context {
     std::atomic<std::uint64_t> queued_replies{0};
     std::atomic<std::uint64_t> max_reply_bytes{512ull << 20};
 
-    proto::Limits limits() const { return proto::Limits{max_value.load()}; }
+    // The native protocol's limits: max_value within what a frame carries.
+    proto::Limits limits() const {
+        return proto::Limits{std::min(max_value.load(), proto::k_max_frame_value)};
+    }
     void touch();
 };
 

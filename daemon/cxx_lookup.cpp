@@ -53,6 +53,9 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
         co_return answer;
     }
     answer.outcome = LookupOutcome::no_match;
+    if (!cxx::lookup_response_fits((*found)->value.size(), 0)) {
+        co_return answer; // no frame carries it: answered as not a manifest
+    }
     answer.manifest = std::move((*found)->value);
     const auto manifest = cxx::Manifest::decode(answer.manifest.bytes());
     if (!manifest) {
@@ -122,6 +125,12 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
         }
         const auto bytes = *result ? (*result)->value.bytes() : std::span<const std::byte>();
         context.compile.on_get(cxx::k_namespace, key, *result ? &bytes : nullptr);
+        if (*result && !cxx::lookup_response_fits(answer.manifest.size(), bytes.size())) {
+            // Both do not fit one frame: the launcher reads the result with
+            // a GET of its own.
+            answer.outcome = LookupOutcome::undecided;
+            co_return answer;
+        }
         if (*result) {
             answer.outcome = LookupOutcome::hit;
             answer.result = std::move((*result)->value);

@@ -311,7 +311,7 @@ bool NativeSession::handle_hello(const proto::Header& header, std::span<const st
     response.capabilities =
         hello->capabilities & (proto::capability::ttl | proto::capability::bundle |
                                proto::capability::hash_files | proto::capability::cxx_lookup);
-    response.max_value = m_context.max_value.load();
+    response.max_value = m_context.limits().max_value;
     response.server_name = k_server_name;
     proto::encode_hello_response(m_out.bytes(), header.id, response);
     return true;

@@ -85,6 +85,13 @@ void encode_lookup(std::vector<std::byte>& out, std::uint32_t id, const LookupRe
     detail::finish_frame(out, at);
 }
 
+bool lookup_response_fits(std::size_t manifest_size, std::size_t result_size) {
+    constexpr std::uint64_t k_max_length = 0xFFFF'FFFFull;
+    constexpr std::uint64_t k_head = 1 + 4; // outcome, manifest_size
+    return manifest_size <= k_max_length - k_head &&
+           result_size <= k_max_length - k_head - manifest_size;
+}
+
 void encode_lookup_response_head(std::vector<std::byte>& out, std::uint32_t id,
                                  LookupOutcome outcome, std::span<const std::byte> manifest,
                                  std::size_t result_size) {

@@ -43,8 +43,11 @@ std::optional<std::string> lookup_request_error(const LookupRequest& request);
 
 // Daemon side.
 tl::expected<LookupRequest, Error> parse_lookup(std::span<const std::byte> body);
+// Whether a response with this manifest and result fits one frame (its
+// length is a u32; each part alone may be up to max_value).
+bool lookup_response_fits(std::size_t manifest_size, std::size_t result_size);
 // The response frame up to its result, which the caller appends
-// (`result_size` bytes).
+// (`result_size` bytes); the sizes must pass lookup_response_fits.
 void encode_lookup_response_head(std::vector<std::byte>& out, std::uint32_t id,
                                  LookupOutcome outcome, std::span<const std::byte> manifest,
                                  std::size_t result_size);

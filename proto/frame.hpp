@@ -32,6 +32,9 @@ inline constexpr std::size_t k_max_scan_namespaces = 64;
 // ns:str8 + key:str16 + ttl:u64 + bundle token:u64, at their largest (and
 // RESTORE's ns:str8 + key:str16 + created_ms:u64 + expires_ms:u64).
 inline constexpr std::size_t k_put_overhead = 1 + k_max_namespace + 2 + k_max_key + 8 + 8;
+// The largest value a frame carries: with PUT's or RESTORE's largest head,
+// its length still fits the header's u32. HELLO announces at most this.
+inline constexpr std::uint64_t k_max_frame_value = 0xFFFF'FFFFull - k_put_overhead;
 
 enum class Op : std::uint8_t {
     hello = 0x01,

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client/client.hpp"
+#include "proto/frame.hpp"
 #include "tests/client/helpers.hpp"
 
 #include <catch2/catch.hpp>
@@ -274,6 +275,17 @@ TEST_CASE("a value over the daemon's max_value is refused", "[client][put][error
     CHECK(too_large.error().kind == client::ErrorKind::server);
     CHECK(too_large.error().status == client::Status::value_too_large);
     CHECK(client.get("pgo", "fits").value() == pattern(1u << 20));
+}
+
+TEST_CASE("HELLO announces at most the value a frame carries", "[client][put][errors]") {
+    // daemon.max_value_size may be up to 4 GiB - 1 (RESP's bulk length is
+    // text), but a PUT frame's length is a u32 that also holds its head.
+    PT2CACHE_REQUIRE_DAEMON();
+    DaemonProcess daemon({"--set", "daemon.max_value_size=4294967295"});
+    client::Client client(tests::options_for(daemon));
+    REQUIRE(client.connect());
+    CHECK(client.max_value() == proto::k_max_frame_value);
+    CHECK(client.max_value() + proto::k_put_overhead == 0xFFFF'FFFFu);
 }
 
 TEST_CASE("entries persist across a daemon restart", "[client][persistence]") {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,18 @@ TEST_CASE("CXX_LOOKUP response round-trips and is checked", "[proto][cxx_lookup]
     auto cut = body_of(LookupOutcome::no_match, manifest, {});
     cut.pop_back();
     CHECK_FALSE(parse_lookup_response(cut)); // ends inside the manifest
+}
+
+TEST_CASE("a CXX_LOOKUP response fits one frame or is not sent", "[proto][cxx_lookup]") {
+    constexpr std::size_t max = 0xFFFF'FFFFu;
+    CHECK(lookup_response_fits(0, 0));
+    CHECK(lookup_response_fits(max - 5, 0));
+    CHECK(lookup_response_fits(0, max - 5));
+    CHECK(lookup_response_fits(1000, max - 1005));
+    CHECK_FALSE(lookup_response_fits(1000, max - 1004));
+    CHECK_FALSE(lookup_response_fits(max - 4, 0));
+    CHECK_FALSE(lookup_response_fits(k_max_frame_value, k_max_frame_value));
+    CHECK_FALSE(lookup_response_fits(std::numeric_limits<std::size_t>::max(), 1));
 }
 
 TEST_CASE("placeholders expand rule by rule, in order", "[proto][cxx_lookup]") {
