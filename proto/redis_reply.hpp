@@ -59,9 +59,10 @@ class RedisReplyReader {
 public:
     explicit RedisReplyReader(RedisReplyLimits limits = {});
 
-    // The element limit of the replies parsed from now on (a command whose
-    // reply is larger by nature, CLUSTER SLOTS). Call between replies.
-    void set_max_elements(std::uint64_t max_elements) { m_limits.max_elements = max_elements; }
+    // The limits of the replies parsed from now on (a command whose reply is
+    // of another shape by nature: CLUSTER SLOTS). Call between replies.
+    void set_limits(const RedisReplyLimits& limits) { m_limits = limits; }
+    const RedisReplyLimits& limits() const { return m_limits; }
 
     // Parses `bytes` (any split: one byte at a time works). Complete replies
     // queue up for `next()`. Returns false on a protocol error: `error()` says

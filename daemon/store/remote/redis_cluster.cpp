@@ -17,9 +17,16 @@ using Admission = CircuitBreaker::Admission;
 
 // CLUSTER SLOTS's element limit: 64 per slot. A range of one slot served by
 // a master and seven replicas, each node of 4 fields with a one-entry
-// metadata map (Redis 7), counts 1 + 10 + 8 * 6 = 59. Its bytes stay bounded
-// as every reply's are (max_value_size + 16 MiB), and its memory with them.
+// metadata map (Redis 7), counts 1 + 10 + 8 * 6 = 59.
 constexpr std::uint64_t k_cluster_slots_max_elements = 64 * proto::k_cluster_slots;
+// Its strings are host names (at most 255 bytes, cluster_topology.cpp), node
+// ids (40) and metadata: none is a value, so none may take max_value_size
+// (a node could make the daemon hold 528 MiB per refresh). As a whole, 4 KiB
+// per slot (64 MiB): a range of one slot with the eight nodes above takes
+// about 0.5 KiB with IP addresses, and 4.8 KiB only if each also announces a
+// 255-byte host name.
+constexpr std::uint64_t k_cluster_slots_max_bulk = 1024;
+constexpr std::uint64_t k_cluster_slots_max_bytes = 4096 * proto::k_cluster_slots;
 
 std::int64_t steady_ms() {
     return std::chrono::duration_cast<Milliseconds>(SteadyClock::now().time_since_epoch()).count();
@@ -292,8 +299,11 @@ tl::expected<void, RedisError> RedisCluster::refresh_from(Node& node,
                                                           const std::atomic<bool>* abort) {
     // One range per slot, each with a master and replicas of 4 fields and a
     // metadata map (Redis 7), is a valid reply of well over 65536 elements.
-    const RedisCommand command{
-        {"CLUSTER", "SLOTS"}, {RedisReply::Type::array}, k_cluster_slots_max_elements};
+    const RedisCommand command{{"CLUSTER", "SLOTS"},
+                               {RedisReply::Type::array},
+                               k_cluster_slots_max_elements,
+                               k_cluster_slots_max_bulk,
+                               k_cluster_slots_max_bytes};
     Milliseconds connecting{0};
     auto replies = node.write_pool.run(
         std::span(&command, 1), SteadyClock::now() + m_options.seed.op_timeout, connecting, abort);

@@ -88,6 +88,7 @@ RedisConnection::RedisConnection(std::unique_ptr<redisContext, ContextDeleter> c
                                  const RedisEndpoint& endpoint)
     : m_context(std::move(context))
     , m_reader(reply_limits(endpoint))
+    , m_limits(reply_limits(endpoint))
     , m_buffer(k_read_chunk)
     , m_op_timeout(endpoint.op_timeout)
     , m_fd(m_context->fd) {}
@@ -466,13 +467,7 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
     }
     m_budget = std::chrono::ceil<Milliseconds>(deadline - SteadyClock::now());
     Budget budget{deadline};
-    // The reader is idle between exchanges: the element limit is the largest
-    // any of these commands allows (replies of one write may arrive together).
-    std::uint64_t max_elements = proto::RedisReplyLimits{}.max_elements;
-    for (const auto& command : commands) {
-        max_elements = std::max(max_elements, command.max_elements);
-    }
-    m_reader.set_max_elements(max_elements);
+    m_reader.set_limits(limits_for(commands));
     if (auto written = write_all(commands, budget, abort); !written) {
         return tl::make_unexpected(std::move(written.error()));
     }
@@ -491,6 +486,25 @@ RedisConnection::exchange(std::span<const RedisCommand> commands, SteadyClock::t
             fail(RedisErrorKind::protocol, "unexpected bytes after the last reply"));
     }
     return replies;
+}
+
+proto::RedisReplyLimits RedisConnection::limits_for(std::span<const RedisCommand> commands) const {
+    // The reader is idle between exchanges, and the replies of one write may
+    // arrive together: each limit is the largest any of these commands
+    // allows.
+    proto::RedisReplyLimits limits = m_limits;
+    limits.max_bulk = 0;
+    limits.max_reply_extra = 0;
+    for (const auto& command : commands) {
+        limits.max_elements = std::max(limits.max_elements, command.max_elements);
+        const std::uint64_t bulk = command.max_bulk != 0 ? command.max_bulk : m_limits.max_bulk;
+        const std::uint64_t whole = command.max_reply_bytes != 0
+                                        ? command.max_reply_bytes
+                                        : m_limits.max_bulk + m_limits.max_reply_extra;
+        limits.max_bulk = std::max(limits.max_bulk, bulk);
+        limits.max_reply_extra = std::max(limits.max_reply_extra, whole - std::min(whole, bulk));
+    }
+    return limits;
 }
 
 tl::expected<void, RedisError> RedisConnection::check_quiet() {

@@ -109,6 +109,11 @@ struct RedisCommand {
     // The most array elements its reply may hold, summed over the reply;
     // 0: the reader's default (65536, docs/remote.md).
     std::uint64_t max_elements = 0;
+    // A reply that holds no value (CLUSTER SLOTS): its longest bulk string,
+    // and its whole size, instead of the endpoint's max_value_size plus
+    // RedisReplyLimits::max_reply_extra. 0: those.
+    std::uint64_t max_bulk = 0;
+    std::uint64_t max_reply_bytes = 0;
 };
 
 // Transfers of large values get more time than `op_timeout`: one second per
@@ -202,10 +207,13 @@ private:
     tl::expected<void, RedisError> wait(short events, SteadyClock::time_point deadline,
                                         const std::atomic<bool>* abort);
     RedisError fail(RedisErrorKind kind, std::string message);
+    // The reader's limits for the replies to `commands`.
+    proto::RedisReplyLimits limits_for(std::span<const RedisCommand> commands) const;
 
     std::unique_ptr<redisContext, ContextDeleter> m_context;
     std::unique_ptr<TlsSession> m_tls; // over m_context's socket: destroyed first
     proto::RedisReplyReader m_reader;
+    proto::RedisReplyLimits m_limits; // the endpoint's, for commands that set none
     std::vector<char> m_buffer;
     Milliseconds m_op_timeout;
     Milliseconds m_connect_time{0};

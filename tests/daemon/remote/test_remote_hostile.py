@@ -223,6 +223,25 @@ def test_fragmented_cluster_slots_are_accepted(make_daemon, tmp_root):
         node.stop()
 
 
+def test_cluster_slots_strings_are_not_values(make_daemon, hostile):
+    """CLUSTER SLOTS holds host names and node ids, not values: a 64 MiB
+    "host name" is refused at its header (it was read whole, up to
+    max_value_size, then refused as a host name; 528 MiB per refresh)."""
+    big = 64 << 20
+    hostile.cluster_slots = (b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$%d\r\n" % big
+                             + b"h" * big + b"\r\n:1\r\n")
+    env = {"TORCHINDUCTOR_REDIS_URL": hostile.url(), "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1"}
+    d = make_daemon(*redis_args(op_ms=OP_MS, connect_ms=CONNECT_MS, cluster="true"), env=env)
+    peak_before = _peak_rss_kib(d.proc.pid)
+    wait_for(lambda: "over the limit of 1024 bytes" in d.log(), what="CLUSTER SLOTS refused",
+             timeout=10)
+    assert f"bulk length {big} over the limit of 1024 bytes" in d.log()
+    assert remote_stats(d)["protocol_errors"] >= 1
+    assert _peak_rss_kib(d.proc.pid) - peak_before < 32 << 10
+    client = Native(d.socket)
+    assert client.put("fx-graph", fx_key("local")[1], b"v") == OK
+
+
 @pytest.mark.parametrize("case", list(HOSTILE_SLOTS))
 def test_hostile_cluster_slots(make_daemon, hostile, case):
     """A 'cluster node' whose CLUSTER SLOTS reply is hostile: refused and
