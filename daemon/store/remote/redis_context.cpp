@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "daemon/store/remote/host_resolver.hpp"
 #include "daemon/store/remote/tls_transport.hpp"
 
 #include <climits>
@@ -106,10 +107,26 @@ tl::expected<RedisConnection, RedisError> RedisConnection::open(const RedisEndpo
                                                                 const std::atomic<bool>* abort) {
     const auto started = SteadyClock::now();
     const timeval connect_tv = to_timeval(endpoint.connect_timeout);
-    redisContext* raw =
-        endpoint.unix_socket.empty()
-            ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv)
-            : redisConnectUnixWithTimeout(endpoint.unix_socket.c_str(), connect_tv);
+    // hiredis would resolve a name with a getaddrinfo that nothing bounds:
+    // it gets a numeric address instead (host_resolver.hpp). TLS still
+    // checks the certificate against the name.
+    std::string address = endpoint.host;
+    if (endpoint.unix_socket.empty() && !address.empty()) {
+        auto resolved = HostResolver::shared().resolve(
+            endpoint.host, std::min(deadline, started + endpoint.connect_timeout), abort);
+        if (aborted(abort)) {
+            return tl::make_unexpected(RedisError{RedisErrorKind::aborted, "aborted"});
+        }
+        if (!resolved) {
+            return tl::make_unexpected(RedisError{
+                RedisErrorKind::connect,
+                fmt::format("cannot connect to {}: {}", endpoint.describe(), resolved.error())});
+        }
+        address = std::move(*resolved);
+    }
+    redisContext* raw = endpoint.unix_socket.empty()
+                            ? redisConnectWithTimeout(address.c_str(), endpoint.port, connect_tv)
+                            : redisConnectUnixWithTimeout(endpoint.unix_socket.c_str(), connect_tv);
     if (raw == nullptr) {
         return tl::make_unexpected(RedisError{RedisErrorKind::connect, "out of memory"});
     }
