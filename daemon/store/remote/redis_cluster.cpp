@@ -134,6 +134,14 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
     bool replica = false;
     Node* node = route(slot, route_kind, replica);
     bool asking = false;
+    // The commands still to run (a node that redirects some of them ran the
+    // others: during a migration, a key it still holds), and their replies.
+    std::vector<RedisCommand> pending(commands.begin(), commands.end());
+    std::vector<std::size_t> pending_index(commands.size());
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+        pending_index[i] = i;
+    }
+    std::vector<RedisReplyPtr> answered(commands.size());
     for (unsigned hop = 0;; ++hop) {
         const auto admission = node->breaker.admit();
         if (admission == Admission::refused) {
@@ -146,11 +154,11 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
         std::vector<RedisCommand> sent;
         const bool prefixed = asking || replica;
         if (prefixed) {
-            sent.reserve(commands.size() * 2 + 1);
+            sent.reserve(pending.size() * 2 + 1);
             if (replica) {
                 sent.push_back(k_readonly);
             }
-            for (const auto& command : commands) {
+            for (const auto& command : pending) {
                 if (asking) {
                     sent.push_back(k_asking);
                 }
@@ -158,7 +166,7 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
             }
         }
         RedisPool& pool = route_kind == Route::write ? node->write_pool : node->pool;
-        auto replies = pool.run(prefixed ? std::span<const RedisCommand>(sent) : commands, deadline,
+        auto replies = pool.run(prefixed ? std::span<const RedisCommand>(sent) : pending, deadline,
                                 connecting, abort);
         if (!replies) {
             if (replies.error().connectivity()) {
@@ -171,7 +179,7 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
         node->breaker.success(admission);
         if (prefixed) {
             std::vector<RedisReplyPtr> kept;
-            kept.reserve(commands.size());
+            kept.reserve(pending.size());
             for (std::size_t i = 0; i < replies->size(); ++i) {
                 const bool prefix = sent[i].args.front() == "ASKING" ||
                                     (replica && i == 0 && sent[i].args.front() == "READONLY");
@@ -181,18 +189,32 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
             }
             replies->swap(kept);
         }
+        // Each reply answers its command, but a redirection: those commands
+        // go on to the next node, alone.
         std::optional<Redirect> redirect;
-        for (const auto& reply : *replies) {
+        std::vector<RedisCommand> redirected;
+        std::vector<std::size_t> redirected_index;
+        for (std::size_t i = 0; i < replies->size(); ++i) {
+            auto& reply = (*replies)[i];
+            std::optional<Redirect> this_one;
             if (reply->type == RedisReply::Type::error) {
-                redirect = parse_redirect(reply->text(), node->address.host);
-                if (redirect) {
-                    break;
-                }
+                this_one = parse_redirect(reply->text(), node->address.host);
             }
+            if (!this_one) {
+                answered[pending_index[i]] = std::move(reply);
+                continue;
+            }
+            if (!redirect) {
+                redirect = std::move(this_one);
+            }
+            redirected.push_back(pending[i]);
+            redirected_index.push_back(pending_index[i]);
         }
         if (!redirect) {
-            return replies;
+            return answered;
         }
+        pending = std::move(redirected);
+        pending_index = std::move(redirected_index);
         if (hop >= m_options.max_redirects) {
             return tl::make_unexpected(RedisError{
                 RedisErrorKind::reply,
@@ -203,7 +225,10 @@ RedisCluster::execute(std::string_view routing_key, std::span<const RedisCommand
         {
             std::unique_lock lock(m_mutex);
             target = node_index(redirect->target);
-            if (target != k_none && redirect->kind == Redirect::Kind::moved) {
+            // Only for the slot asked: a node that names another one for
+            // it is not believed about that other one.
+            if (target != k_none && redirect->kind == Redirect::Kind::moved &&
+                redirect->slot == slot) {
                 m_master[redirect->slot] = target;
                 m_replicas[redirect->slot] = k_none;
             }

@@ -359,6 +359,43 @@ def test_cluster_with_signing(cluster, make_daemon, tmp_root):
     assert stats["rejected_bad_signature"] == 1 and stats["errors"] == 0
 
 
+def test_a_split_pair_is_written_once_during_a_migration(cluster, make_daemon, tmp_root):
+    """A signed entry's value and companion are written in one exchange. With
+    the companion already moved to the importing node, the source writes the
+    value and answers ASK for the companion: only the companion goes on to
+    the importing node. The value was sent there too, which left the key on
+    both nodes and made the migration's MIGRATE of it fail (BUSYKEY)."""
+    keys = tmp_root / "signing.keys"
+    keys.write_text(os.urandom(32).hex() + "\n")
+    os.chmod(keys, 0o600)
+    writer = cluster_daemon(make_daemon, cluster, "split-writer", signing_key_file=keys)
+    client = Native(writer.socket)
+    redis_key, inner = fx_key("split-pair")
+    companion = "pt2sig:{" + redis_key + "}"
+    slot = key_slot(redis_key)
+    assert key_slot(companion) == slot
+    assert client.put("fx-graph", inner, b"v1") == OK
+    wait_for(lambda: remote_stats(writer)["written"] == 1, what="v1 written", timeout=10)
+    source = cluster.master_for_slot(slot)
+    target = next(n for n in cluster.masters() if n is not source)
+    cluster.start_migration(slot, source, target)
+    try:
+        cluster.migrate_key(companion, source, target)
+        assert client.put("fx-graph", inner, b"v2") == OK
+        wait_for(lambda: remote_stats(writer)["written"] == 2, what="v2 written", timeout=10)
+        assert remote_stats(writer)["cluster_asks"] >= 1
+        assert get_on(cluster, source, redis_key) == b"v2"
+        assert _asking_get(cluster, target, redis_key) is None  # written once, on the source
+        assert _asking_get(cluster, target, companion).startswith(b"v1:")
+        cluster.migrate_key(redis_key, source, target)  # raises on BUSYKEY
+    finally:
+        cluster.finish_migration(slot, target)
+    reader = cluster_daemon(make_daemon, cluster, "split-reader", signing_key_file=keys)
+    assert Native(reader.socket).get("fx-graph", inner) == (OK, b"v2")
+    stats = remote_stats(writer)
+    assert stats["errors"] == 0 and stats["queue_drops"] == 0
+
+
 def test_cluster_with_tls_and_signing(tmp_root, make_daemon):
     """All three together: a TLS-only cluster (nodes verify the daemon's
     client certificate), signed entries, and slot routing."""
