@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <fcntl.h>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config/layers.hpp"
 #include "config/values.hpp"
@@ -99,26 +101,127 @@ tl::expected<Value, std::string> convert(const Setting& setting, const toml::nod
 // A configuration is a few hundred bytes; this is far beyond any real one.
 constexpr std::size_t k_max_config_file = 1 << 20;
 
+// toml++ nests one table per part of a dotted key or table header, and
+// recursion over them overflowed the stack at about 50,000 parts (a 120 KB
+// file crashed the daemon at start and on SIGHUP). Every setting has two
+// parts ([section] name); this is far beyond any real file.
+constexpr std::size_t k_max_key_parts = 16;
+
+// The line of the first key or table header in `text` with more than
+// k_max_key_parts parts: the dots outside strings and comments, in a run
+// that '=', ',', brackets, braces and line ends delimit (a value's float or
+// time has one).
+std::optional<std::size_t> too_many_key_parts(std::string_view text) {
+    std::size_t line = 1;
+    std::size_t dots = 0;
+    // Skips a string starting at text[i] (a quote); false if it never ends.
+    const auto skip_string = [&](std::size_t& i) {
+        const char quote = text[i];
+        const bool multi_line =
+            text.substr(i, 3) == std::string_view(quote == '"' ? "\"\"\"" : "'''");
+        const std::string_view close = multi_line ? text.substr(i, 3) : text.substr(i, 1);
+        for (i += close.size(); i < text.size(); ++i) {
+            if (text[i] == '\n') {
+                ++line;
+                if (!multi_line) {
+                    return true; // a syntax error toml++ reports
+                }
+            } else if (text[i] == '\\' && quote == '"') {
+                if (i + 1 < text.size() && text[i + 1] == '\n') {
+                    ++line; // a line-ending backslash
+                }
+                ++i;
+            } else if (text.substr(i, close.size()) == close) {
+                i += close.size() - 1;
+                return true;
+            }
+        }
+        return false;
+    };
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        switch (text[i]) {
+        case '"':
+        case '\'':
+            if (!skip_string(i)) {
+                return std::nullopt;
+            }
+            break;
+        case '#':
+            i = std::min(text.find('\n', i), text.size()) - 1;
+            break;
+        case '.':
+            if (++dots >= k_max_key_parts) {
+                return line;
+            }
+            break;
+        case '\n':
+            ++line;
+            dots = 0;
+            break;
+        case '=':
+        case ',':
+        case '[':
+        case ']':
+        case '{':
+        case '}':
+            dots = 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return std::nullopt;
+}
+
 tl::expected<std::string, ConfigError> read_text(const std::string& path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
+    // Without blocking: a FIFO would hold the daemon's start, or the loop
+    // that reloads on SIGHUP, until someone wrote to it.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    }
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    }
+    if (S_ISDIR(st.st_mode)) {
         return fail(fmt::format("{}: cannot read the config file: it is a directory", path));
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) {
+        return fail(fmt::format("{}: cannot read the config file: not a regular file (a FIFO, "
+                                "socket or device)",
+                                path));
     }
-    // Read at most one byte past the limit, whatever the file claims to be
-    // (a FIFO or /dev/zero has no size to trust).
+    // Read at most one byte past the limit, whatever the size said.
     std::string text(k_max_config_file + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    if (in.bad()) {
-        return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    std::size_t filled = 0;
+    while (filled < text.size()) {
+        const ssize_t got = ::read(fd, text.data() + filled, text.size() - filled);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            return fail(
+                fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+        }
+        if (got == 0) {
+            break;
+        }
+        filled += static_cast<std::size_t>(got);
     }
-    text.resize(static_cast<std::size_t>(in.gcount()));
+    text.resize(filled);
     if (text.size() > k_max_config_file) {
         return fail(
             fmt::format("{}: the config file is larger than {} bytes", path, k_max_config_file));
+    }
+    if (const auto line = too_many_key_parts(text)) {
+        return fail(fmt::format("{}:{}: a key or table header of more than {} dotted parts (a "
+                                "setting has two: [section] name)",
+                                path, *line, k_max_key_parts));
     }
     return text;
 }

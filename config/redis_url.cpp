@@ -154,6 +154,14 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
         return tl::make_unexpected(fmt::format("unsupported scheme {}", quote(scheme)));
     }
     std::string_view rest = text.substr(separator + k_scheme_separator.size());
+    // An '@' past the host's end is a user name or password holding a '/'
+    // or '?' (a socket path may hold an '@'): parsed on, its tail would be
+    // taken for the port and shown in the error.
+    if (!is_unix && rest.rfind('@') != std::string_view::npos &&
+        rest.rfind('@') > rest.find_first_of("/?")) {
+        return tl::make_unexpected("a '/' or '?' in the user name or password: percent-encode "
+                                   "them (%2F, %3F)");
+    }
 
     std::string_view query;
     if (auto question = rest.find('?'); question != std::string_view::npos) {
@@ -176,6 +184,10 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
             colon == std::string_view::npos ? std::string_view() : userinfo.substr(colon + 1));
         if (!username || !password) {
             return tl::make_unexpected("bad percent-encoding in the user name or password");
+        }
+        if (username->find('\0') != std::string::npos ||
+            password->find('\0') != std::string::npos) {
+            return tl::make_unexpected("a NUL byte (%00) in the user name or password");
         }
         url.username = std::move(*username);
         url.password = std::move(*password);
@@ -251,10 +263,11 @@ std::string mask_redis_url(std::string_view url) {
     if (separator == std::string_view::npos) {
         return std::string(url);
     }
+    // The last '@' ends the user information, even one that follows a '/'
+    // or '?' in a password that was not percent-encoded: masking too much
+    // is harmless, showing a password is not.
     std::size_t start = separator + k_scheme_separator.size();
-    std::size_t end = url.find_first_of("/?", start);
-    std::string_view authority =
-        url.substr(start, end == std::string_view::npos ? end : end - start);
+    std::string_view authority = url.substr(start);
     auto at = authority.rfind('@');
     if (at == std::string_view::npos) {
         return std::string(url);

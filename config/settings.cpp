@@ -258,6 +258,12 @@ tl::expected<Value, std::string> parse_text(const Setting& setting, std::string_
 
 tl::expected<Value, std::string> check_value(const Setting& setting, Value value,
                                              std::string_view shown) {
+    // A path, name or URL ends at a NUL for every system call: "/x\0y"
+    // would silently be "/x" (a TOML string can hold one: "\u0000").
+    if (const auto* text = std::get_if<std::string>(&value);
+        text != nullptr && text->find('\0') != std::string::npos) {
+        return tl::make_unexpected("expected no NUL byte (\\u0000) in the text");
+    }
     switch (setting.kind) {
     case Kind::integer:
     case Kind::size: {

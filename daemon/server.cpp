@@ -119,6 +119,7 @@ private:
     void refuse(Connection& connection, ConnectionRegistry::Admission why);
     void wait_for_signal();
     void reload();
+    void apply_reload(const tl::expected<config::Loaded, config::ConfigError>& loaded);
     void stop(std::string_view why);
     void arm_idle_timer();
     void arm_bundle_sweep();
@@ -126,6 +127,7 @@ private:
 
     config::Loaded m_loaded;
     config::LoadOptions m_reload_options;
+    std::uint64_t m_reload_generation = 0; // of the last SIGHUP (loop thread only)
     Context m_context;
     ConnectionRegistry m_registry;
     // The first I/O thread's loop: the listener, signals and timers, and its
@@ -310,8 +312,23 @@ void Server::wait_for_signal() {
 }
 
 void Server::reload() {
+    // Reading the file may block (a network file system): on a worker, not
+    // on the loop that serves clients; applied back on the loop, unless a
+    // later SIGHUP's load is on its way.
+    const auto generation = ++m_reload_generation;
+    asio::post(m_blocking, [this, generation] {
+        auto loaded = std::make_shared<tl::expected<config::Loaded, config::ConfigError>>(
+            config::load(m_reload_options, config::process_environment()));
+        asio::post(m_io, [this, generation, loaded] {
+            if (generation == m_reload_generation) {
+                apply_reload(*loaded);
+            }
+        });
+    });
+}
+
+void Server::apply_reload(const tl::expected<config::Loaded, config::ConfigError>& loaded) {
     auto& log = logger("daemon");
-    auto loaded = config::load(m_reload_options, config::process_environment());
     if (!loaded) {
         log.error("SIGHUP: configuration not reloaded: {}", loaded.error().message);
         return;

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: MIT
+#include <sys/stat.h>
+
 #include "config/config.hpp"
 #include "tests/config/helpers.hpp"
 
@@ -134,6 +136,62 @@ TEST_CASE("an unreadable config file is an error", "[config][errors][file]") {
     options.config_path = fixture.home();
     CHECK(error_of(load(options, fixture.env())) ==
           fixture.home() + ": cannot read the config file: it is a directory");
+}
+
+TEST_CASE("a config file must be a regular file", "[config][errors][file]") {
+    // A FIFO held the daemon's start (and the loop that reloads on SIGHUP)
+    // until someone wrote to it.
+    ConfigFixture fixture;
+    const std::string fifo = fixture.home() + "/fifo.toml";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    LoadOptions options;
+    options.config_path = fifo;
+    CHECK(error_of(load(options, fixture.env())) ==
+          fifo + ": cannot read the config file: not a regular file (a FIFO, socket or device)");
+    options.config_path = "/dev/zero";
+    CHECK(error_of(load(options, fixture.env())) ==
+          "/dev/zero: cannot read the config file: not a regular file (a FIFO, socket or device)");
+}
+
+TEST_CASE("keys and headers of many dotted parts are refused before parsing",
+          "[config][errors][file]") {
+    // toml++ recursed once per part: 50,000 crashed the daemon (stack).
+    ConfigFixture fixture;
+    const std::string p = fixture.file_path();
+    std::string deep_header = "[daemon]\nio_threads = 2\n\n[a";
+    std::string deep_key = "[daemon]\na";
+    for (int i = 0; i < 60'000; ++i) {
+        deep_header += ".a";
+        deep_key += ".a";
+    }
+    deep_header += "]\n";
+    deep_key += " = 1\n";
+    const std::string why =
+        "a key or table header of more than 16 dotted parts (a setting has two: [section] name)";
+    CHECK(error_of(fixture.load(deep_header)) == p + ":4: " + why);
+    CHECK(error_of(fixture.load(deep_key)) == p + ":2: " + why);
+    std::string quoted = "[\"a\"";
+    for (int i = 0; i < 20; ++i) {
+        quoted += ".\"a\"";
+    }
+    CHECK(error_of(fixture.load(quoted + "]\n")) == p + ":1: " + why);
+    // Dots in strings, comments, values and arrays are not parts.
+    std::string fine = "# a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s\n[daemon]\nlog_level = "
+                       "\"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r\" # x.y.z\n"
+                       "[disk]\ncache_dir = \'\'\'/a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q\'\'\'\n";
+    const std::string error = error_of(fixture.load(fine));
+    CHECK(error.find("dotted parts") == std::string::npos);
+    CHECK(error.find("log_level") != std::string::npos); // not a level: the next check
+}
+
+TEST_CASE("a NUL byte in a text setting is refused", "[config][errors][file]") {
+    // "/x\0y" would silently be "/x" for every system call.
+    ConfigFixture fixture;
+    const std::string p = fixture.file_path();
+    CHECK(error_of(fixture.load("[disk]\ncache_dir = \"/tmp/cd\\u0000evil\"\n")) ==
+          p + ": disk.cache_dir: expected no NUL byte (\\u0000) in the text");
+    CHECK(error_of(fixture.load("[daemon]\nsocket = \"/tmp/s\\u0000\"\n")) ==
+          p + ": daemon.socket: expected no NUL byte (\\u0000) in the text");
 }
 
 TEST_CASE("environment errors name the variable and the key", "[config][errors][env]") {

@@ -119,6 +119,16 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
          "a unix:// URL takes no host: write unix:///absolute/path (three slashes)",
          "unix://run/r.sock"},
         {"unix://", "missing socket path", "unix://"},
+        // A password holding an unencoded '/' or '?': neither its tail nor
+        // its head is shown (it was parsed as a port: bad port "s3cr").
+        {"redis://user:s3cr/et@host:6379",
+         "a '/' or '?' in the user name or password: percent-encode them (%2F, %3F)",
+         "redis://user:***@host:6379"},
+        {"redis://:s3cr?et@host",
+         "a '/' or '?' in the user name or password: percent-encode them (%2F, %3F)",
+         "redis://:***@host"},
+        {"redis://%00:pw@h", "a NUL byte (%00) in the user name or password", "redis://%00:***@h"},
+        {"redis://u:p%00w@h", "a NUL byte (%00) in the user name or password", "redis://u:***@h"},
     };
     for (const auto& row : rows) {
         INFO(row.url);
@@ -145,4 +155,8 @@ TEST_CASE("mask_redis_url hides only the password", "[config][redis_url]") {
     CHECK(mask_redis_url("unix://:s3cret@/run/r.sock?db=1") == "unix://:***@/run/r.sock?db=1");
     CHECK(mask_redis_url("unix:///run/r.sock") == "unix:///run/r.sock");
     CHECK(mask_redis_url("not a url") == "not a url");
+    // The last '@' ends the password, whatever it holds.
+    CHECK(mask_redis_url("redis://u:s3cr/et@h:1") == "redis://u:***@h:1");
+    CHECK(mask_redis_url("redis://:a?b@c@h") == "redis://:***@h");
+    CHECK(mask_redis_url("unix:///run/a@b.sock") == "unix:///run/a@b.sock");
 }

@@ -363,6 +363,34 @@ def test_sighup_reloads_max_value_size(make_daemon, tmp_root):
     assert d.stop() == 0
 
 
+def test_a_hostile_file_at_sighup_keeps_the_daemon_serving(make_daemon, tmp_root):
+    """A FIFO in place of the file held the loop that serves clients until
+    someone wrote to it; a header of 60,000 dotted parts crashed the daemon
+    (toml++'s recursion). Both are refused, the old settings stay, and
+    clients are answered meanwhile."""
+    cfg = tmp_root / "pt2.toml"
+    cfg.write_text('[daemon]\nmax_value_size = "1MiB"\n')
+    d = make_daemon("--config", str(cfg))
+    cases = {
+        "fifo": lambda: os.mkfifo(cfg),
+        "deep": lambda: cfg.write_text("[a" + ".a" * 60_000 + "]\n"),
+    }
+    for name, make in cases.items():
+        cfg.unlink()
+        make()
+        d.proc.send_signal(signal.SIGHUP)
+        started = time.monotonic()
+        assert d.cli("put", "pgo", name, input=b"v").returncode == OK, name
+        assert time.monotonic() - started < 5, name
+        wait_for_log(d, r"SIGHUP: configuration not reloaded: .*"
+                     + ("not a regular file" if name == "fifo" else "dotted parts"))
+        assert d.proc.poll() is None, name
+        assert d.cli("get", "pgo", name).stdout == b"v"
+    big = os.urandom(2 << 20)
+    assert d.cli("put", "pgo", "big", input=big).returncode == SERVER  # still 1 MiB
+    assert d.stop() == 0
+
+
 def test_sighup_reloads_log_level(tmp_root):
     cfg = tmp_root / "pt2.toml"
     cfg.write_text('[daemon]\nlog_level = "info"\n')
