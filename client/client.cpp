@@ -283,6 +283,12 @@ tl::expected<void, Error> Client::receive_body(Bytes& body, std::uint64_t length
     while (filled < length) {
         const std::uint64_t step = std::max<std::uint64_t>(k_first_body_step, filled);
         const auto target = static_cast<std::size_t>(std::min(length, filled + step));
+        if (filled > 0 && body.capacity() < length) {
+            // Past the first step, the bytes are real: one allocation of
+            // the whole (address space; pages are touched as they fill),
+            // not a copy per doubling.
+            body.reserve(static_cast<std::size_t>(length));
+        }
         body.resize(target);
         if (auto ok = receive(std::span(body).subspan(filled), deadline); !ok) {
             return ok;

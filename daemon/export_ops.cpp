@@ -66,6 +66,14 @@ awaitable<tl::expected<void, proto::Error>> serve_dump(Context& context,
         co_return tl::expected<void, proto::Error>{};
     }
     auto& entry = **found;
+    if (entry.value.size() > proto::k_max_frame_value) {
+        // Stored through RESP, where daemon.max_value_size may reach
+        // 4 GiB - 1: with DUMP's head, its length would not fit the frame's.
+        co_return tl::make_unexpected(
+            proto::Error{Status::value_too_large,
+                         fmt::format("value of {} bytes: more than a DUMP reply carries ({})",
+                                     entry.value.size(), proto::k_max_frame_value)});
+    }
     proto::encode_dump_response_head(
         out.bytes(), header.id, static_cast<std::uint64_t>(entry.created_ms),
         static_cast<std::uint64_t>(entry.expires_ms), entry.value.size());

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -85,19 +86,23 @@ bool HostResolver::start_lookup(const std::string& host, Name& name) {
     if (m_running >= k_max_lookups) {
         return false;
     }
+    try {
+        std::thread([this, host] {
+            auto result = m_lookup(host);
+            std::lock_guard lock(m_mutex);
+            auto& done = m_names[host];
+            done.looking = false;
+            done.resolved = true;
+            done.when = Clock::now();
+            done.result = std::move(result);
+            --m_running;
+            m_done.notify_all();
+        }).detach();
+    } catch (const std::system_error&) {
+        return false; // no thread now (a limit): the caller fails, the next one tries
+    }
     name.looking = true;
     ++m_running;
-    std::thread([this, host] {
-        auto result = m_lookup(host);
-        std::lock_guard lock(m_mutex);
-        auto& done = m_names[host];
-        done.looking = false;
-        done.resolved = true;
-        done.when = Clock::now();
-        done.result = std::move(result);
-        --m_running;
-        m_done.notify_all();
-    }).detach();
     return true;
 }
 
@@ -109,7 +114,9 @@ tl::expected<std::string, std::string> HostResolver::resolve(const std::string& 
     }
     std::unique_lock lock(m_mutex);
     if (m_names.size() >= k_max_names && !m_names.contains(host)) {
-        std::erase_if(m_names, [](const auto& entry) { return !entry.second.looking; });
+        std::erase_if(m_names, [](const auto& entry) {
+            return !entry.second.looking && entry.second.waiters == 0;
+        });
     }
     Name& name = m_names[host];
     if (name.resolved) {
@@ -124,19 +131,22 @@ tl::expected<std::string, std::string> HostResolver::resolve(const std::string& 
     }
     if (!start_lookup(host, name)) {
         return tl::unexpected(fmt::format("cannot resolve {} now: {} other host name lookups are "
-                                          "running",
+                                          "running, or no thread could be started",
                                           host, k_max_lookups));
     }
-    // `name` stays valid: only a caller that holds the lock erases, and only
-    // names no lookup runs for.
+    // `name` stays valid while waited for: eviction passes over names with
+    // waiters (and a rehash moves no element).
+    ++name.waiters;
     for (;;) {
         const auto step = std::min(deadline, Clock::now() + k_abort_poll);
         m_done.wait_until(lock, step, [&] { return name.resolved; });
         if (name.resolved) {
+            --name.waiters;
             return name.result;
         }
         const bool aborted = abort != nullptr && abort->load(std::memory_order_relaxed);
         if (aborted || Clock::now() >= deadline) {
+            --name.waiters;
             return tl::unexpected(fmt::format("resolving {} takes longer than the request may "
                                               "wait; it goes on in the background",
                                               host));

@@ -69,6 +69,7 @@ private:
     struct Name {
         bool resolved = false;  // `result` holds a lookup's outcome
         bool looking = false;   // a lookup runs
+        unsigned waiters = 0;   // callers waiting for it (they hold references)
         Clock::time_point when; // of `result`
         tl::expected<std::string, std::string> result = tl::unexpected(std::string());
     };

@@ -126,6 +126,36 @@ TEST_CASE("lookups running at once are bounded", "[host_resolver]") {
     CHECK(resolver.resolve("one-more.example", Clock::now() + 5s));
 }
 
+TEST_CASE("past k_max_names, names are forgotten but never one waited for", "[host_resolver]") {
+    SlowLookup slow{0ms};
+    HostResolver resolver(slow.function());
+    // A name with a caller waiting for it, then the map filled to its bound.
+    SlowLookup slower{300ms};
+    HostResolver waited(slower.function());
+    for (std::size_t i = 0; i + 1 < HostResolver::k_max_names; ++i) {
+        REQUIRE(waited.resolve("n" + std::to_string(i), Clock::now() + 5s));
+    }
+    // Callers of names the map lacks evict those no lookup runs for while
+    // this one waits for its lookup (ASan: a use after free before).
+    tl::expected<std::string, std::string> answer = tl::unexpected(std::string("unset"));
+    std::thread waiter([&] { answer = waited.resolve("slow.example", Clock::now() + 5s); });
+    const auto until = Clock::now() + 600ms;
+    int fresh = 0;
+    while (Clock::now() < until) {
+        (void)waited.resolve("fresh" + std::to_string(fresh++) + ".example", Clock::now());
+        std::this_thread::sleep_for(1ms);
+    }
+    waiter.join();
+    REQUIRE(answer);
+    CHECK(answer->starts_with("10.0.0."));
+    // The plain resolver keeps answering past its bound.
+    for (std::size_t i = 0; i < HostResolver::k_max_names + 10; ++i) {
+        REQUIRE(resolver.resolve("m" + std::to_string(i), Clock::now() + 5s));
+    }
+    CHECK(resolver.resolve("m0", Clock::now() + 5s)); // forgotten, asked again
+    CHECK(slow.calls == static_cast<int>(HostResolver::k_max_names + 11));
+}
+
 TEST_CASE("an abort ends the wait", "[host_resolver]") {
     SlowLookup slow{600ms};
     HostResolver resolver(slow.function());
