@@ -98,11 +98,14 @@ bool Connection::peer_allowed() {
         logger("session").warn("[{}] SO_PEERCRED failed", m_id);
         return false;
     }
+    // The daemon never changes its user: one system call, not one per
+    // connection.
+    static const uid_t our_uid = ::geteuid();
     const ucred& cred = m_peer;
-    if (cred.uid != ::geteuid()) {
+    if (cred.uid != our_uid) {
         logger("session").warn("[{}] refused a connection from uid {} (pid {}): pt2cached "
                                "serves only uid {}",
-                               m_id, cred.uid, cred.pid, ::geteuid());
+                               m_id, cred.uid, cred.pid, our_uid);
         return false;
     }
     return true;
@@ -180,9 +183,10 @@ awaitable<void> Connection::run() {
 }
 
 void Connection::close() {
+    // No shutdown first: the registry has let go of the descriptor, nothing
+    // else holds it, and closing the last one ends the stream for the peer.
     m_probe_timer.cancel();
     boost::system::error_code ignored;
-    m_socket.shutdown(UnixSocket::shutdown_both, ignored);
     m_socket.close(ignored);
 }
 
