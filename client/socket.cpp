@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -73,10 +74,23 @@ tl::expected<int, SocketError> connect_unix(const std::string& path, Deadline de
     }
     std::memcpy(address.sun_path, path.data(), path.size());
 
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return failed(Failure::unreachable,
                       fmt::format("cannot create a socket: {}", errno_text(errno)));
+    }
+    if (fd <= STDERR_FILENO) {
+        // Never a standard stream's number: a process that closed its
+        // stdout would print into the connection, and a value it printed
+        // would run as the daemon's next request (overwriting another key).
+        const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+        const int error = errno;
+        ::close(fd);
+        if (moved < 0) {
+            return failed(Failure::unreachable,
+                          fmt::format("cannot create a socket: {}", errno_text(error)));
+        }
+        fd = moved;
     }
     auto give_up = [fd](Failure failure, std::string message) {
         ::close(fd);

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <span>
@@ -84,6 +86,28 @@ Client make_client(const Globals& globals) {
     return Client(std::move(options));
 }
 
+const CLI::Validator k_count(
+    [](const std::string& text) {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && (text.size() < 20 || text <= "18446744073709551615")) {
+            return std::string();
+        }
+        return fmt::format("expected a count of 0 to 18446744073709551615, got \"{}\"", text);
+    },
+    "N");
+
+const CLI::Validator k_finite(
+    [](const std::string& text) {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(value)) {
+            return std::string();
+        }
+        return fmt::format("expected a finite number, got \"{}\"", text);
+    },
+    "NUMBER");
+
 namespace {
 
 std::string describe(const KeyArgs& args) {
@@ -94,8 +118,9 @@ bool is_stdio(const std::string& path) {
     return path.empty() || path == "-";
 }
 
-// All of `path` ("-" or empty: stdin), or an error message.
-tl::expected<Bytes, std::string> read_input(const std::string& path) {
+// All of `path` ("-" or empty: stdin), but at most `limit` bytes, or an
+// error message.
+tl::expected<Bytes, std::string> read_input(const std::string& path, std::uint64_t limit) {
     const std::string name = is_stdio(path) ? std::string("standard input") : path;
     const int fd = is_stdio(path) ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -104,10 +129,17 @@ tl::expected<Bytes, std::string> read_input(const std::string& path) {
     Bytes data;
     std::size_t size = 0;
     for (;;) {
+        if (size >= limit) {
+            if (fd != STDIN_FILENO) {
+                ::close(fd);
+            }
+            break;
+        }
         if (data.size() - size < (64u << 10)) {
             data.resize(std::max<std::size_t>(data.size() * 2, 256u << 10));
         }
-        const ssize_t got = ::read(fd, data.data() + size, data.size() - size);
+        const auto room = std::min<std::uint64_t>(data.size() - size, limit - size);
+        const ssize_t got = ::read(fd, data.data() + size, static_cast<std::size_t>(room));
         if (got < 0 && errno == EINTR) {
             continue;
         }
@@ -201,12 +233,22 @@ int run_get(const Globals& globals, const KeyArgs& args, const std::string& outp
 
 int run_put(const Globals& globals, const KeyArgs& args, const std::string& input,
             std::uint64_t ttl_s, bool only_if_absent) {
-    auto value = read_input(input);
+    // Connected first: the daemon's max_value bounds what is read (an
+    // endless input, /dev/zero, was read until memory ran out).
+    auto client = make_client(globals);
+    if (auto connected = client.connect(); !connected) {
+        return report(connected.error());
+    }
+    auto value = read_input(input, client.max_value() + 1);
     if (!value) {
         complain(value.error());
         return exit_status::usage;
     }
-    auto client = make_client(globals);
+    if (value->size() > client.max_value()) {
+        complain(fmt::format("the input is larger than pt2cached's max_value {}; nothing stored",
+                             client.max_value()));
+        return exit_status::server;
+    }
     PutOptions options;
     options.ttl = std::chrono::seconds(ttl_s);
     options.only_if_absent = only_if_absent;

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: MIT
 //
 // `pt2cache`: inspect and use the per-user pt2cached daemon from a shell.
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <optional>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "client/cli/archive_commands.hpp"
 #include "client/cli/commands.hpp"
+#include "client/cli/common.hpp"
 #include "client/cli/top.hpp"
 #include "proto/frame.hpp"
 #include "proto/messages.hpp"
@@ -121,7 +127,9 @@ int run(int argc, char** argv) {
     auto* ls = app.add_subcommand("ls", "List the keys of a namespace on disk");
     ls->add_option("NS", ls_ns, "Namespace")->required()->check(k_namespace);
     ls->add_flag("-l,--long", long_format, "Also show each entry's size in bytes and mtime");
-    ls->add_option("--limit", limit, "Show at most N entries (0: all)")->type_name("N");
+    ls->add_option("--limit", limit, "Show at most N entries (0: all)")
+        ->type_name("N")
+        ->check(k_count);
 
     std::string clear_ns;
     bool yes = false;
@@ -221,14 +229,38 @@ int run(int argc, char** argv) {
     return exit_status::usage;
 }
 
+// A standard stream the caller closed gets /dev/null opened the other way
+// round (writing stdout fails, EBADF), so that no file or connection this
+// process opens takes its number: output printed into it would corrupt an
+// archive, or run in the daemon as a request.
+void hold_closed_standard_streams() {
+    for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+        if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            const int opened = ::open("/dev/null", fd == STDIN_FILENO ? O_WRONLY : O_RDONLY);
+            if (opened >= 0 && opened != fd) {
+                ::close(opened); // lower ones were closed too: taken in order
+            }
+        }
+    }
+}
+
 } // namespace
 } // namespace pt2cache::client::cli
 
 int main(int argc, char** argv) {
+    namespace cli = pt2cache::client::cli;
+    cli::hold_closed_standard_streams();
+    int status = cli::exit_status::server;
     try {
-        return pt2cache::client::cli::run(argc, argv);
+        status = cli::run(argc, argv);
     } catch (const std::exception& e) {
         fmt::print(stderr, "pt2cache: {}\n", e.what());
-        return pt2cache::client::cli::exit_status::server;
+        return cli::exit_status::server;
     }
+    // Buffered output fails only now (a full disk, a closed stdout).
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        fmt::print(stderr, "pt2cache: cannot write standard output: {}\n", std::strerror(errno));
+        return status == cli::exit_status::ok ? cli::exit_status::usage : status;
+    }
+    return status;
 }

@@ -162,10 +162,12 @@ CLI::App* add_top_command(CLI::App& app, TopArgs& args) {
         "top", "Live view: ops/s, hit ratio, latency, tiers, queues, remote state, clients");
     top->add_option("--interval", args.interval_s, "Refresh every SECONDS (default 1)")
         ->type_name("SECONDS")
+        ->check(k_finite)
         ->check(CLI::Range(0.1, 3600.0));
     top->add_option("--iterations", args.iterations,
                     "Exit after N refreshes (default: run until q or Ctrl-C)")
-        ->type_name("N");
+        ->type_name("N")
+        ->check(k_count);
     top->add_flag("--plain", args.plain,
                   "One line per refresh even on a terminal (the default when stdout is not one)");
     return top;

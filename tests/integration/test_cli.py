@@ -7,11 +7,12 @@ import json
 import os
 import re
 import socket
+import subprocess
 import time
 
 import pytest
-from integ_helpers import NativeClient, clean_env, drain_disk_queue
-from pt2harness import PT2CACHE_CLI, run_cli
+from integ_helpers import NativeClient, clean_env, drain_disk_queue, put_body
+from pt2harness import OP, PT2CACHE_CLI, frame, run_cli
 
 OK, MISS, USAGE, UNREACHABLE, SERVER = 0, 1, 2, 3, 4
 
@@ -444,3 +445,50 @@ def test_invalid_namespace(daemon, ns):
         if ns:
             assert f'invalid namespace "{ns}"' in err(r), err(r)
     assert daemon.stats()["namespaces"] == {}
+
+
+def _without_fd(fd: int):
+    return lambda: os.close(fd)
+
+
+def test_a_closed_stdout_never_reaches_the_daemon(daemon):
+    """With stdout closed, the connection took descriptor 1 and `get` wrote
+    the value into it: a value that is a PUT frame then ran as a request and
+    overwrote another key (a false hit for every reader of that key)."""
+    assert daemon.cli("put", "fx-graph", "victim", input=b"original").returncode == OK
+    poison = frame(OP["put"], put_body("fx-graph", b"victim", b"POISONED"), rid=7)
+    assert daemon.cli("put", "fx-graph", "carrier", input=poison).returncode == OK
+    for closed in (1, 2):
+        r = subprocess.run([PT2CACHE_CLI, "--socket", str(daemon.socket), "get", "fx-graph",
+                            "carrier"], preexec_fn=_without_fd(closed),
+                           stdout=None if closed == 1 else subprocess.PIPE,
+                           stderr=subprocess.PIPE if closed == 1 else None, timeout=30)
+        if closed == 1:
+            assert r.returncode == USAGE, err(r)
+            assert "cannot write standard output" in err(r)
+        assert daemon.cli("get", "fx-graph", "victim").stdout == b"original"
+    assert "bad frame magic" not in daemon.log()
+
+
+def test_output_errors_and_bounded_input(daemon, make_daemon):
+    """A write error of buffered output fails the command (it exited 0); an
+    endless input is read up to max_value + 1, not until memory runs out;
+    counts and intervals that CLI11 let through are refused."""
+    with open("/dev/full", "wb") as full:
+        for args in (("stats",), ("ping",), ("config",)):
+            r = subprocess.run([PT2CACHE_CLI, "--socket", str(daemon.socket), *args],
+                               stdout=full, stderr=subprocess.PIPE, timeout=30)
+            assert r.returncode == USAGE, (args, err(r))
+            assert "cannot write standard output: No space left on device" in err(r)
+    max_value = 1 << 20
+    small = make_daemon("--set", f"daemon.max_value_size={max_value}", sub="small")
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run([PT2CACHE_CLI, "--socket", str(small.socket), "put", "pgo", "z"],
+                           stdin=zero, capture_output=True, timeout=30)
+    assert r.returncode == SERVER, err(r)
+    assert f"larger than pt2cached's max_value {max_value}; nothing stored" in err(r)
+    assert small.cli("get", "pgo", "z").returncode == MISS
+    for args in (("ls", "--limit", "-1"), ("ls", "--limit", "18446744073709551616"),
+                 ("top", "--interval", "nan"), ("top", "--iterations", "-1")):
+        r = daemon.cli(*args)
+        assert r.returncode == USAGE, (args, err(r))

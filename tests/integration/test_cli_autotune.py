@@ -254,6 +254,13 @@ def test_bundle_show_errors_and_odd_bundles(daemon, tmp_root):
     rows = {line.split()[0]: line.split()[1] for line in out(r).splitlines()[1:]}
     assert rows == {"broken": "invalid", "list": "invalid", "odd": "2"}
 
+    # Nested 50,000 deep (100 KB): past the JSON depth limit, not a crash
+    # (it overflowed the stack).
+    deep = b'{"x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    assert daemon.cli("put", "autotune-bundle", "deep", input=deep).returncode == OK
+    r = daemon.cli("bundle", "show", "deep")
+    assert r.returncode == SERVER and "bundle deep is not valid JSON" in err(r), err(r)
+
     for args in (["bundle", "ls"], ["bundle", "show", "k"]):
         r = run_cli("--socket", str(tmp_root / "absent.sock"), *args)
         assert r.returncode == UNREACHABLE, (args, err(r))

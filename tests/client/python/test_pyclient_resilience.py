@@ -541,3 +541,31 @@ def test_reply_claiming_gigabytes_costs_what_arrived(tmp_root):
         assert peak < 100 << 20
     finally:
         peer.close()
+
+
+def test_a_closed_stdout_never_becomes_the_connection(daemon, client):
+    """In a process that closed its stdout, the client's socket took
+    descriptor 1, and print() wrote into the connection: text that is a PUT
+    frame ran in the daemon and overwrote another key."""
+    import subprocess
+    import sys
+    client.put("fx-graph", "victim", b"original")
+    script = (
+        "import os, struct, sys, pt2cache\n"
+        "os.close(1)\n"
+        "c = pt2cache.Client(sys.argv[1], strict=True)\n"
+        "assert c.get('fx-graph', 'victim') == b'original'\n"
+        "assert c._sock.fileno() > 2, c._sock.fileno()\n"
+        "ns, key, value = b'fx-graph', b'victim', b'POISONED'\n"
+        "body = bytes([len(ns)]) + ns + struct.pack('<H', len(key)) + key + bytes(8) + value\n"
+        "frame = b'\\xf2\\x50\\x04\\x00' + struct.pack('<II', 9, len(body)) + body\n"
+        "try:\n"
+        "    sys.stdout.buffer.write(frame)\n"
+        "    sys.stdout.flush()\n"
+        "except OSError:\n"
+        "    pass\n"
+        "assert c.get('fx-graph', 'victim') == b'original'\n")
+    done = subprocess.run([sys.executable, "-c", script, str(daemon.socket)],
+                          capture_output=False, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert client.get("fx-graph", "victim") == b"original"

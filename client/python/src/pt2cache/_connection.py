@@ -5,6 +5,7 @@ operations themselves live in client.py."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import socket
@@ -28,6 +29,21 @@ _T = TypeVar("_T")
 _SEPARATE_SEND = 64 * 1024
 # A reply's buffer starts at most this large and doubles as its bytes arrive.
 _FIRST_RECV_BUFFER = 64 << 20
+
+
+def _socket_above_standard_streams() -> socket.socket:
+    """A Unix stream socket whose descriptor is not 0, 1 or 2: in a process
+    that closed its stdout, print() would otherwise write into the
+    connection, and the daemon would run the text as requests."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if sock.fileno() > 2:
+        return sock
+    try:
+        moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        sock.close()
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=moved)
+
 
 @dataclass(frozen=True)
 class ServerInfo:
@@ -159,7 +175,7 @@ class _Connection:
             error.fail_fast = True
             raise error
         deadline = now + self._connect_timeout
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket_above_standard_streams()
         try:
             sock.settimeout(self._connect_timeout)
             try:
