@@ -114,8 +114,7 @@ int run_plain(Client& client, const TopArgs& args, Sample first) {
     return exit_status::ok;
 }
 
-int run_screen(Client& client, const TopArgs& args, Sample first) {
-    TopScreen screen;
+int run_screen(Client& client, const TopArgs& args, Sample first, TopScreen& screen) {
     std::optional<Sample> previous = std::move(first);
     std::optional<TopFrame> frame = make_top_frame(previous->stats, nullptr, 0);
     std::string error;
@@ -180,10 +179,11 @@ int run_top(const Globals& globals, const TopArgs& args) {
     if (!first) {
         return report(first.error());
     }
-    if (args.plain || ::isatty(STDOUT_FILENO) == 0) {
+    auto screen = args.plain ? nullptr : TopScreen::open();
+    if (!screen) {
         return run_plain(client, args, std::move(*first));
     }
-    return run_screen(client, args, std::move(*first));
+    return run_screen(client, args, std::move(*first), *screen);
 }
 
 } // namespace pt2cache::client::cli

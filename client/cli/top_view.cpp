@@ -2,6 +2,7 @@
 #include "client/cli/top_view.hpp"
 
 #include <algorithm>
+#include <unistd.h>
 
 #include "client/cli/format.hpp"
 
@@ -120,8 +121,19 @@ std::vector<ScreenLine> top_screen_lines(const TopFrame* frame, const std::strin
     return lines;
 }
 
-TopScreen::TopScreen() {
-    ::initscr();
+std::unique_ptr<TopScreen> TopScreen::open() {
+    if (::isatty(STDIN_FILENO) == 0 || ::isatty(STDOUT_FILENO) == 0) {
+        return nullptr;
+    }
+    SCREEN* screen = ::newterm(nullptr, stdout, stdin);
+    if (screen == nullptr) {
+        return nullptr;
+    }
+    return std::unique_ptr<TopScreen>(new TopScreen(screen));
+}
+
+TopScreen::TopScreen(::screen* terminal)
+    : m_screen(terminal) {
     ::cbreak();
     ::noecho();
     ::nonl();
@@ -131,6 +143,7 @@ TopScreen::TopScreen() {
 
 TopScreen::~TopScreen() {
     ::endwin();
+    ::delscreen(m_screen);
 }
 
 void TopScreen::draw(const std::vector<ScreenLine>& lines) {

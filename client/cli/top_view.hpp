@@ -6,10 +6,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "client/cli/top_model.hpp"
+
+struct screen; // curses' SCREEN
 
 namespace pt2cache::client::cli {
 
@@ -28,7 +31,12 @@ std::vector<ScreenLine> top_screen_lines(const TopFrame* frame, const std::strin
 // The terminal in curses mode for its lifetime; restores it when destroyed.
 class TopScreen {
 public:
-    TopScreen();
+    // The screen, or nullptr when stdin or stdout is not a terminal or
+    // curses does not know the terminal (TERM unset or unknown): the caller
+    // then prints plain lines. (initscr() would exit the process with
+    // status 1; without a terminal on stdin, getch() returns at once and the
+    // wait spun.)
+    static std::unique_ptr<TopScreen> open();
     ~TopScreen();
     TopScreen(const TopScreen&) = delete;
     TopScreen& operator=(const TopScreen&) = delete;
@@ -39,6 +47,10 @@ public:
     // Waits up to `timeout` for a key, returning early on `q`, Ctrl-C (as a
     // key, or `interrupted` set by a signal handler) and a resize.
     Input wait(std::chrono::milliseconds timeout, const std::atomic<bool>& interrupted);
+
+private:
+    explicit TopScreen(::screen* terminal);
+    ::screen* m_screen;
 };
 
 } // namespace pt2cache::client::cli

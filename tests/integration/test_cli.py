@@ -492,3 +492,24 @@ def test_output_errors_and_bounded_input(daemon, make_daemon):
                  ("top", "--interval", "nan"), ("top", "--iterations", "-1")):
         r = daemon.cli(*args)
         assert r.returncode == USAGE, (args, err(r))
+
+
+def test_top_without_a_usable_terminal_prints_plain_lines(daemon):
+    """On a terminal curses does not know (TERM unset or unknown), top exited
+    with status 1 (initscr's own exit); with stdin not a terminal, it spun a
+    CPU. Both print plain lines now."""
+    import resource
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    top = f"{PT2CACHE_CLI} --socket {daemon.socket} top --iterations 3 --interval 0.3"
+    for term, redirect in (("nosuchterm", ""), ("", ""), ("xterm", " < /dev/null")):
+        before = children_cpu()
+        r = subprocess.run(["script", "-qec", f"{top}{redirect}; echo rc=$?", "/dev/null"],
+                           capture_output=True, env={**os.environ, "TERM": term}, timeout=30)
+        text = out(r)
+        assert "rc=0" in text, (term, text)
+        assert "ops/s=" in text, (term, text)
+        assert children_cpu() - before < 0.3, term  # 0.6 s of waiting, not spinning
