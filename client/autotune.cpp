@@ -152,6 +152,9 @@ std::string config_to_json(const TritonConfig& config) {
     out["num_consumer_groups"] = config.num_consumer_groups;
     out["num_buffers_warp_spec"] = config.num_buffers_warp_spec;
     out["found_by_coordesc"] = config.found_by_coordesc;
+    if (!config.extra_options.is_null()) {
+        out["extra_options"] = config.extra_options;
+    }
     return proto::python_json_dumps(out);
 }
 
@@ -175,6 +178,8 @@ tl::expected<TritonConfig, std::string> config_from_value(const Json& value) {
                     std::string("config \"found_by_coordesc\" must be a boolean"));
             }
             config.found_by_coordesc = item.get<bool>();
+        } else if (name == "extra_options") {
+            config.extra_options = item;
         } else if (name == "num_warps" || name == "num_stages" || name == "num_consumer_groups" ||
                    name == "num_buffers_warp_spec") {
             const auto number = at::as_int64(item);
@@ -195,7 +200,8 @@ tl::expected<TritonConfig, std::string> config_from_value(const Json& value) {
         } else {
             return tl::unexpected(
                 fmt::format("unknown config member \"{}\" (expected kwargs, num_warps, num_stages, "
-                            "num_consumer_groups, num_buffers_warp_spec, found_by_coordesc)",
+                            "num_consumer_groups, num_buffers_warp_spec, found_by_coordesc, "
+                            "extra_options)",
                             name));
         }
     }

@@ -100,9 +100,12 @@ int pt2cache_put_bundled(pt2cache_client* client, const char* ns, const void* ke
 /* Configs travel as JSON objects:
  *   {"kwargs": {"XBLOCK": 64, "R0_BLOCK": 8}, "num_warps": 4, "num_stages": 1,
  *    "num_consumer_groups": 0, "num_buffers_warp_spec": 0,
- *    "found_by_coordesc": false}
- * where any member may be left out (no kwargs, num_warps 4, num_stages 3, the
- * others 0 or false). Candidate lists are JSON arrays of them. */
+ *    "found_by_coordesc": false, "extra_options": {...}}
+ * where any member may be left out (no kwargs, num_warps 4, num_stages 3,
+ * extra_options null, the others 0 or false). extra_options is a third-party
+ * backend's tuned options (Triton's Config.extra_options): saved with the
+ * best-config when truthy, and returned with the config read back.
+ * Candidate lists are JSON arrays of them. */
 
 /* Flags of pt2cache_autotune_params. */
 #define PT2CACHE_AUTOTUNE_COORDESC 1  /* Inductor's coordinate_descent_tuning */
@@ -132,10 +135,12 @@ int pt2cache_autotune_configs_hash(pt2cache_client* client, const char* candidat
 /* AutotuneCache.read_best: the stored best-config (the local entry, else the
  * remote one) and the candidate it selects (_load_cached_autotuning). On
  * PT2CACHE_OK `*config_json` is that config as a malloc'd NUL-terminated JSON
- * object, to release with pt2cache_free (with coordinate descent it may be
- * the stored config itself, "found_by_coordesc": true); otherwise it is NULL.
- * PT2CACHE_MISS when nothing is stored or nothing is selected; a negative
- * code when a lookup failed (a miss too). */
+ * object, to release with pt2cache_free; otherwise it is NULL. As in torch
+ * 2.15, it may be the stored config itself: found by coordinate descent
+ * ("found_by_coordesc": true), or matching no single candidate (a config
+ * Inductor added while tuning). PT2CACHE_MISS when nothing is stored or
+ * nothing can be selected; a negative code when a lookup failed (a miss
+ * too). */
 int pt2cache_autotune_read_best(pt2cache_client* client, const pt2cache_autotune_params* params,
                                 const char* candidates_json, char** config_json);
 

@@ -165,6 +165,9 @@ Json BestConfig::to_ordered_json() const {
     data["found_by_coordesc"] = found_by_coordesc;
     data["time_taken_ms"] = time_taken_ms;
     data["triton_cache_hash"] = triton_cache_hash ? Json(*triton_cache_hash) : Json(nullptr);
+    if (python_truthy(extra_options)) {
+        data["extra_options"] = extra_options;
+    }
     if (num_consumer_groups) {
         data["num_consumer_groups"] = *num_consumer_groups;
     }
@@ -233,6 +236,8 @@ tl::expected<BestConfig, std::string> BestConfig::from_value(const Json& value) 
             if (item.is_string()) {
                 config.triton_cache_hash = item.get<std::string>();
             }
+        } else if (key == "extra_options") {
+            config.extra_options = item;
         } else {
             config.kwargs.emplace_back(key, item);
         }
@@ -258,6 +263,7 @@ BestConfig make_best_config(const TritonConfig& config, std::string configs_hash
     best.found_by_coordesc = found_by_coordesc;
     best.time_taken_ms = static_cast<std::int64_t>(time_taken_ns / 1'000'000); // ns // 1000000
     best.triton_cache_hash = std::move(triton_cache_hash);
+    best.extra_options = config.extra_options;
     if (has_warp_spec) {
         best.num_consumer_groups = config.num_consumer_groups;
         best.num_buffers_warp_spec = config.num_buffers_warp_spec;
@@ -359,56 +365,67 @@ std::optional<TritonConfig> select(const Json& best_config, std::string_view con
     }
     pop(best, "time_taken_ms");
     pop(best, "triton_cache_hash");
+    const Json extra_options = pop(best, "extra_options");
 
     // `coordinate_descent_tuning and best_config.pop("found_by_coordesc", False)`:
     // the pop happens only with coordinate descent on.
-    if (coordinate_descent_tuning && python_truthy(pop(best, "found_by_coordesc", false))) {
-        if (!best.contains("num_warps") || !best.contains("num_stages")) {
-            return std::nullopt; // KeyError in Inductor
-        }
-        const auto num_warps = as_int64(pop(best, "num_warps"));
-        const auto num_stages = as_int64(pop(best, "num_stages"));
-        if (!num_warps || !num_stages) {
-            return std::nullopt;
-        }
-        TritonConfig config;
-        config.num_warps = *num_warps;
-        config.num_stages = *num_stages;
-        if (has_warp_spec) {
-            const auto groups = as_int64(pop(best, "num_consumer_groups", 0));
-            const auto buffers = as_int64(pop(best, "num_buffers_warp_spec", 0));
-            if (!groups || !buffers) {
-                return std::nullopt;
+    const bool found_by_coordesc =
+        coordinate_descent_tuning && python_truthy(pop(best, "found_by_coordesc", false));
+    if (!found_by_coordesc) {
+        const TritonConfig* match = nullptr;
+        bool several = false;
+        for (const auto& candidate : candidates) {
+            const bool kwargs_match = std::all_of(
+                candidate.kwargs.begin(), candidate.kwargs.end(), [&](const auto& item) {
+                    return python_equal(item.second, get_or_null(best, item.first));
+                });
+            if (kwargs_match &&
+                python_equal(Json(candidate.num_warps), get_or_null(best, "num_warps")) &&
+                python_equal(Json(candidate.num_stages), get_or_null(best, "num_stages"))) {
+                several = match != nullptr;
+                match = &candidate;
+                if (several) {
+                    break;
+                }
             }
-            config.num_consumer_groups = *groups;
-            config.num_buffers_warp_spec = *buffers;
         }
-        for (auto& [key, value] : best.items()) {
-            config.kwargs.emplace_back(key, std::move(value));
+        if (match && !several) {
+            TritonConfig chosen = *match;
+            chosen.extra_options = extra_options;
+            return chosen;
         }
-        config.found_by_coordesc = true;
-        return config;
     }
 
-    const TritonConfig* match = nullptr;
-    for (const auto& candidate : candidates) {
-        const bool kwargs_match =
-            std::all_of(candidate.kwargs.begin(), candidate.kwargs.end(), [&](const auto& item) {
-                return python_equal(item.second, get_or_null(best, item.first));
-            });
-        if (kwargs_match &&
-            python_equal(Json(candidate.num_warps), get_or_null(best, "num_warps")) &&
-            python_equal(Json(candidate.num_stages), get_or_null(best, "num_stages"))) {
-            if (match) {
-                return std::nullopt; // len(matching_configs) != 1
-            }
-            match = &candidate;
-        }
+    // _reconstruct_triton_config: the stored config itself (found by
+    // coordinate descent, or a config the candidates lack, such as one
+    // Inductor added while tuning).
+    pop(best, "found_by_coordesc");
+    if (!best.contains("num_warps") || !best.contains("num_stages")) {
+        return std::nullopt; // KeyError in Inductor
     }
-    if (!match) {
+    const auto num_warps = as_int64(pop(best, "num_warps"));
+    const auto num_stages = as_int64(pop(best, "num_stages"));
+    if (!num_warps || !num_stages) {
         return std::nullopt;
     }
-    return *match;
+    TritonConfig config;
+    config.num_warps = *num_warps;
+    config.num_stages = *num_stages;
+    if (has_warp_spec) {
+        const auto groups = as_int64(pop(best, "num_consumer_groups", 0));
+        const auto buffers = as_int64(pop(best, "num_buffers_warp_spec", 0));
+        if (!groups || !buffers) {
+            return std::nullopt;
+        }
+        config.num_consumer_groups = *groups;
+        config.num_buffers_warp_spec = *buffers;
+    }
+    for (auto& [key, value] : best.items()) {
+        config.kwargs.emplace_back(key, std::move(value));
+    }
+    config.found_by_coordesc = found_by_coordesc;
+    config.extra_options = extra_options;
+    return config;
 }
 
 std::optional<TritonConfig> select_from_text(std::string_view best_config_json,

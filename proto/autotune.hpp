@@ -38,6 +38,9 @@ struct TritonConfig {
     std::int64_t num_buffers_warp_spec = 0;
     // Set on a config restored as found by coordinate descent.
     bool found_by_coordesc = false;
+    // A third-party backend's tuned options (Config.extra_options); null:
+    // none.
+    nlohmann::ordered_json extra_options = nullptr;
 
     bool operator==(const TritonConfig&) const = default;
 };
@@ -55,6 +58,9 @@ struct BestConfig {
     // Written only when Triton has warp specialisation (HAS_WARP_SPEC).
     std::optional<std::int64_t> num_consumer_groups;
     std::optional<std::int64_t> num_buffers_warp_spec;
+    // The config's extra_options, written only when Python-truthy (after
+    // triton_cache_hash, as AutotuneCache.save does); null: none.
+    nlohmann::ordered_json extra_options = nullptr;
 
     bool operator==(const BestConfig&) const = default;
 
@@ -117,18 +123,22 @@ std::string bundle_key(std::string_view code_hash, std::string_view backend_hash
 // Inductor's `hash_configs(configs)` of a candidate list.
 std::string configs_hash(const std::vector<TritonConfig>& configs);
 
-// `_load_cached_autotuning(best_config, configs_hash, configs, inductor_meta)`:
+// `_load_cached_autotuning(best_config, configs_hash, configs, inductor_meta)`
+// as torch 2.15 has it:
 // - a non-object, or a configs_hash other than `configs_hash`: a miss;
-// - with `coordinate_descent_tuning` and a truthy found_by_coordesc: the
-//   stored config itself (num_warps and num_stages must be integers, else a
-//   miss where Inductor would raise), warp-spec fields defaulting to 0 when
-//   `has_warp_spec`, every other member a kwarg;
-// - otherwise the one candidate whose kwargs, num_warps and num_stages all
-//   equal the stored values under Python's == (numbers by value across int,
-//   float and bool; dicts regardless of order; an absent member equals
-//   null); none or several: a miss.
+// - `extra_options` is taken out, and set on the config returned;
+// - unless `coordinate_descent_tuning` and a truthy found_by_coordesc: the
+//   one candidate whose kwargs, num_warps and num_stages all equal the
+//   stored values under Python's == (numbers by value across int, float and
+//   bool; dicts regardless of order; an absent member equals null);
+// - otherwise (found by coordinate descent, or no single candidate matches:
+//   a config Inductor added while tuning) the stored config itself
+//   (_reconstruct_triton_config): num_warps and num_stages must be integers
+//   (a miss where Inductor would raise, or would build a Config of another
+//   type), warp-spec fields default to 0 when `has_warp_spec`, every other
+//   member is a kwarg, and found_by_coordesc is set for the coordesc case.
 // `has_warp_spec` is Triton's HAS_WARP_SPEC: without it num_consumer_groups
-// and num_buffers_warp_spec stay among the kwargs of a coordesc config.
+// and num_buffers_warp_spec stay among the kwargs of a rebuilt config.
 std::optional<TritonConfig> select(const nlohmann::ordered_json& best_config,
                                    std::string_view configs_hash,
                                    const std::vector<TritonConfig>& candidates,

@@ -56,6 +56,9 @@ std::string render_best_config(const BestConfig& config, std::string_view indent
         lines.emplace_back("num_buffers_warp_spec",
                            fmt::format("{}", *config.num_buffers_warp_spec));
     }
+    if (!config.extra_options.is_null()) {
+        lines.emplace_back("extra_options", proto::python_repr(config.extra_options));
+    }
     std::size_t width = 0;
     for (const auto& [label, value] : lines) {
         width = std::max(width, label.size());

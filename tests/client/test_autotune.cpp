@@ -144,15 +144,25 @@ TEST_CASE("read_best selects as _load_cached_autotuning", "[autotune]") {
         CHECK(*best == configs[1]);
         CHECK_FALSE(best->found_by_coordesc);
     }
-    SECTION("no candidate matches: a miss") {
-        REQUIRE(writer.save(triton_config({{"XBLOCK", 64}, {"R0_BLOCK", 8}}, 4, 2), 0));
-        CHECK_FALSE(AutotuneCache(client, settings).read_best(configs));
+    SECTION("no candidate matches: the stored config, rebuilt (torch 2.15)") {
+        const auto added = triton_config({{"XBLOCK", 64}, {"R0_BLOCK", 8}}, 4, 2);
+        REQUIRE(writer.save(added, 0));
+        const auto best = AutotuneCache(client, settings).read_best(configs);
+        REQUIRE(best);
+        CHECK(*best == added);
+        CHECK_FALSE(best->found_by_coordesc);
     }
-    SECTION("two candidates match: a miss") {
+    SECTION("two candidates match: the stored config, rebuilt") {
         REQUIRE(writer.save(configs[0], 0));
         auto doubled = configs;
         doubled.push_back(configs[0]);
-        CHECK_FALSE(AutotuneCache(client, settings).read_best(doubled));
+        CHECK(AutotuneCache(client, settings).read_best(doubled) == configs[0]);
+    }
+    SECTION("extra_options are saved and come back") {
+        auto tuned = configs[1];
+        tuned.extra_options = {{"maxnreg", 128}};
+        REQUIRE(writer.save(tuned, 0));
+        CHECK(AutotuneCache(client, settings).read_best(configs) == tuned);
     }
     SECTION("another configs_hash: a miss") {
         auto other = settings;
@@ -172,8 +182,12 @@ TEST_CASE("read_best selects as _load_cached_autotuning", "[autotune]") {
         CHECK(best->num_warps == 4);
         CHECK(best->num_stages == 1);
         CHECK(best->found_by_coordesc);
-        // Without coordinate descent it must match a candidate, and does not.
-        CHECK_FALSE(AutotuneCache(client, settings).read_best(configs));
+        // Without coordinate descent it matches no candidate: rebuilt, but
+        // not as found by coordinate descent.
+        const auto plain = AutotuneCache(client, settings).read_best(configs);
+        REQUIRE(plain);
+        CHECK(plain->kwargs == tuned.kwargs);
+        CHECK_FALSE(plain->found_by_coordesc);
     }
     SECTION("coordinate descent on, not found by it: a candidate") {
         REQUIRE(writer.save(configs[2], 0, false));

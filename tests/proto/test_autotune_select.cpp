@@ -43,12 +43,25 @@ Json stored(std::initializer_list<std::pair<const char*, Json>> changes = {}) {
 
 const Json k_erase(Json::value_t::discarded);
 
-TritonConfig restored(Kwargs kwargs, std::int64_t warps, std::int64_t stages,
-                      std::int64_t groups = 0, std::int64_t buffers = 0) {
+// The stored config rebuilt (_reconstruct_triton_config); `restored` for
+// coordinate descent, `rebuilt` for a config no single candidate matches.
+TritonConfig rebuilt(Kwargs kwargs, std::int64_t warps, std::int64_t stages,
+                     std::int64_t groups = 0, std::int64_t buffers = 0) {
     auto c = config(std::move(kwargs), warps, stages);
     c.num_consumer_groups = groups;
     c.num_buffers_warp_spec = buffers;
+    return c;
+}
+
+TritonConfig restored(Kwargs kwargs, std::int64_t warps, std::int64_t stages,
+                      std::int64_t groups = 0, std::int64_t buffers = 0) {
+    auto c = rebuilt(std::move(kwargs), warps, stages, groups, buffers);
     c.found_by_coordesc = true;
+    return c;
+}
+
+TritonConfig with_extra(TritonConfig c, Json extra) {
+    c.extra_options = std::move(extra);
     return c;
 }
 
@@ -76,6 +89,7 @@ TEST_CASE("select follows _load_cached_autotuning branch by branch", "[proto][au
     const auto x_only = config({{"XBLOCK", 8}}, 8, 1);
     const Kwargs ab_kwargs = {{"XBLOCK", 8}, {"R0_BLOCK", 64}};
     const Json found = true;
+    const Json extra = {{"maxnreg", 128}};
 
     const std::vector<Row> rows = {
         {"one candidate matches", stored(), abc, false, true, a},
@@ -86,16 +100,35 @@ TEST_CASE("select follows _load_cached_autotuning branch by branch", "[proto][au
          std::nullopt},
         {"configs_hash not a string", stored({{"configs_hash", 5}}), abc, false, true,
          std::nullopt},
-        {"no candidate matches", stored({{"XBLOCK", 16}}), abc, false, true, std::nullopt},
-        {"num_warps differs", stored({{"num_warps", 2}}), abc, false, true, std::nullopt},
-        {"num_stages differs", stored({{"num_stages", 3}}), abc, false, true, std::nullopt},
-        {"num_warps absent", stored({{"num_warps", k_erase}}), abc, false, true, std::nullopt},
-        {"two candidates match", stored(), {a, b, a}, false, true, std::nullopt},
-        {"no candidates", stored(), {}, false, true, std::nullopt},
+        {"no candidate matches: the stored config rebuilt", stored({{"XBLOCK", 16}}), abc, false,
+         true, rebuilt({{"XBLOCK", 16}, {"R0_BLOCK", 64}}, 8, 1)},
+        {"num_warps differs", stored({{"num_warps", 2}}), abc, false, true,
+         rebuilt(ab_kwargs, 2, 1)},
+        {"num_stages differs", stored({{"num_stages", 3}}), abc, false, true,
+         rebuilt(ab_kwargs, 8, 3)},
+        {"num_warps absent (Inductor raises KeyError)", stored({{"num_warps", k_erase}}), abc,
+         false, true, std::nullopt},
+        {"two candidates match", stored(), {a, b, a}, false, true, rebuilt(ab_kwargs, 8, 1)},
+        {"no candidates", stored(), {}, false, true, rebuilt(ab_kwargs, 8, 1)},
+        {"rebuilt without HAS_WARP_SPEC", stored({{"num_consumer_groups", 2}}), {}, false, false,
+         rebuilt({{"XBLOCK", 8}, {"R0_BLOCK", 64}, {"num_consumer_groups", 2}}, 8, 1)},
+        {"rebuilt: num_warps not an integer", stored({{"num_warps", "8"}}), abc, false, true,
+         std::nullopt, true},
+        {"extra_options go with the candidate", stored({{"extra_options", extra}}), abc, false,
+         true, with_extra(a, extra)},
+        {"falsy extra_options too", stored({{"extra_options", Json::object()}}), abc, false, true,
+         with_extra(a, Json::object())},
+        {"extra_options go with a rebuilt config",
+         stored({{"extra_options", extra}, {"XBLOCK", 16}}), abc, false, true,
+         with_extra(rebuilt({{"XBLOCK", 16}, {"R0_BLOCK", 64}}, 8, 1), extra)},
+        {"coordesc: extra_options are not a kwarg",
+         stored({{"found_by_coordesc", found}, {"extra_options", extra}}), {}, true, true,
+         with_extra(restored(ab_kwargs, 8, 1), extra)},
         {"numbers compare by value", stored({{"XBLOCK", 8.0}, {"num_warps", 8.0}}), abc, false,
          true, a},
         {"true equals 1", stored({{"FLAG", true}}), {flag, b}, false, true, flag},
-        {"1.5 equals no integer", stored({{"XBLOCK", 8.5}}), abc, false, true, std::nullopt},
+        {"1.5 equals no integer", stored({{"XBLOCK", 8.5}}), abc, false, true,
+         rebuilt({{"XBLOCK", 8.5}, {"R0_BLOCK", 64}}, 8, 1)},
         {"an absent kwarg equals null", stored(), {with_null, b}, false, true, with_null},
         {"stored members no candidate names are ignored",
          stored(),
@@ -143,8 +176,9 @@ TEST_CASE("select follows _load_cached_autotuning branch by branch", "[proto][au
          abc, true, true, a},
         {"found by coordesc, coordesc off: candidates", stored({{"found_by_coordesc", found}}), abc,
          false, true, a},
-        {"found by coordesc, coordesc off, no candidate",
-         stored({{"found_by_coordesc", found}, {"XBLOCK", 16}}), abc, false, true, std::nullopt},
+        {"found by coordesc, coordesc off, no candidate: rebuilt, not as coordesc",
+         stored({{"found_by_coordesc", found}, {"XBLOCK", 16}}), abc, false, true,
+         rebuilt({{"XBLOCK", 16}, {"R0_BLOCK", 64}}, 8, 1)},
         {"coordesc: num_warps absent (Inductor raises KeyError)",
          stored({{"found_by_coordesc", found}, {"num_warps", k_erase}}), abc, true, true,
          std::nullopt},
@@ -183,11 +217,14 @@ for r in json.load(open(sys.argv[1])):
     if got is None:
         out.append(None)
     elif any(got is c for c in configs):
-        out.append({"index": next(i for i, c in enumerate(configs) if got is c)})
+        out.append({"index": next(i for i, c in enumerate(configs) if got is c),
+                    "extra": getattr(got, "extra_options", None)})
     else:
         out.append({"kwargs": list(got.kwargs.items()), "num_warps": got.num_warps,
                     "num_stages": got.num_stages, "groups": got.num_consumer_groups,
-                    "buffers": got.num_buffers_warp_spec})
+                    "buffers": got.num_buffers_warp_spec,
+                    "found": getattr(got, "found_by_coordesc", False),
+                    "extra": getattr(got, "extra_options", None)})
 print(json.dumps(out))
 )",
                                      input);
@@ -208,14 +245,17 @@ print(json.dumps(out))
             CHECK_FALSE(got);
         } else if (theirs.contains("index")) {
             REQUIRE(got);
-            CHECK(*got == row.candidates[theirs["index"].get<std::size_t>()]);
+            CHECK(*got == with_extra(row.candidates[theirs["index"].get<std::size_t>()],
+                                     theirs["extra"]));
         } else {
             Kwargs kwargs;
             for (const auto& pair : theirs["kwargs"]) {
                 kwargs.emplace_back(pair[0].get<std::string>(), pair[1]);
             }
-            CHECK(got == restored(kwargs, theirs["num_warps"], theirs["num_stages"],
-                                  theirs["groups"], theirs["buffers"]));
+            auto theirs_config = rebuilt(kwargs, theirs["num_warps"], theirs["num_stages"],
+                                         theirs["groups"], theirs["buffers"]);
+            theirs_config.found_by_coordesc = theirs["found"].get<bool>();
+            CHECK(got == with_extra(theirs_config, theirs["extra"]));
         }
     }
 }
