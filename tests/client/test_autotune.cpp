@@ -223,10 +223,10 @@ TEST_CASE("read_best reads the local entry first, then the remote one", "[autotu
         CHECK(cache.read_best(configs) == configs[1]);
         CHECK(cache.read() == Json::parse(record(configs[1])));
     }
-    SECTION("a local record that selects nothing is a miss, as in Inductor") {
-        put_text(client, cache.local_key(),
-                 record(triton_config({{"XBLOCK", 1}, {"R0_BLOCK", 1}}, 1, 1)));
-        CHECK_FALSE(cache.read_best(configs));
+    SECTION("a local record no candidate matches is rebuilt; the remote one is not read") {
+        const auto added = triton_config({{"XBLOCK", 1}, {"R0_BLOCK", 1}}, 1, 1);
+        put_text(client, cache.local_key(), record(added));
+        CHECK(cache.read_best(configs) == added);
     }
     SECTION("the local cache off: the remote one") {
         auto remote_only = settings;
