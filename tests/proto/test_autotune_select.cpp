@@ -110,7 +110,11 @@ TEST_CASE("select follows _load_cached_autotuning branch by branch", "[proto][au
          false, true, std::nullopt},
         {"two candidates match", stored(), {a, b, a}, false, true, rebuilt(ab_kwargs, 8, 1)},
         {"no candidates", stored(), {}, false, true, rebuilt(ab_kwargs, 8, 1)},
-        {"rebuilt without HAS_WARP_SPEC", stored({{"num_consumer_groups", 2}}), {}, false, false,
+        {"rebuilt without HAS_WARP_SPEC",
+         stored({{"num_consumer_groups", 2}}),
+         {},
+         false,
+         false,
          rebuilt({{"XBLOCK", 8}, {"R0_BLOCK", 64}, {"num_consumer_groups", 2}}, 8, 1)},
         {"rebuilt: num_warps not an integer", stored({{"num_warps", "8"}}), abc, false, true,
          std::nullopt, true},
@@ -122,7 +126,10 @@ TEST_CASE("select follows _load_cached_autotuning branch by branch", "[proto][au
          stored({{"extra_options", extra}, {"XBLOCK", 16}}), abc, false, true,
          with_extra(rebuilt({{"XBLOCK", 16}, {"R0_BLOCK", 64}}, 8, 1), extra)},
         {"coordesc: extra_options are not a kwarg",
-         stored({{"found_by_coordesc", found}, {"extra_options", extra}}), {}, true, true,
+         stored({{"found_by_coordesc", found}, {"extra_options", extra}}),
+         {},
+         true,
+         true,
          with_extra(restored(ab_kwargs, 8, 1), extra)},
         {"numbers compare by value", stored({{"XBLOCK", 8.0}, {"num_warps", 8.0}}), abc, false,
          true, a},
@@ -245,8 +252,8 @@ print(json.dumps(out))
             CHECK_FALSE(got);
         } else if (theirs.contains("index")) {
             REQUIRE(got);
-            CHECK(*got == with_extra(row.candidates[theirs["index"].get<std::size_t>()],
-                                     theirs["extra"]));
+            CHECK(*got ==
+                  with_extra(row.candidates[theirs["index"].get<std::size_t>()], theirs["extra"]));
         } else {
             Kwargs kwargs;
             for (const auto& pair : theirs["kwargs"]) {
