@@ -124,6 +124,7 @@ std::optional<std::size_t> too_many_key_parts(std::string_view text) {
             if (text[i] == '\n') {
                 ++line;
                 if (!multi_line) {
+                    dots = 0;
                     return true; // a syntax error toml++ reports
                 }
             } else if (text[i] == '\\' && quote == '"') {
@@ -133,6 +134,13 @@ std::optional<std::size_t> too_many_key_parts(std::string_view text) {
                 ++i;
             } else if (text.substr(i, close.size()) == close) {
                 i += close.size() - 1;
+                // A multi-line string may end with one or two quotes of its
+                // own before the closing three (""""x"""" is "x").
+                for (int extra = 0;
+                     multi_line && extra < 2 && i + 1 < text.size() && text[i + 1] == quote;
+                     ++extra) {
+                    ++i;
+                }
                 return true;
             }
         }
@@ -176,7 +184,7 @@ std::optional<std::size_t> too_many_key_parts(std::string_view text) {
 tl::expected<std::string, ConfigError> read_text(const std::string& path) {
     // Without blocking: a FIFO would hold the daemon's start, or the loop
     // that reloads on SIGHUP, until someone wrote to it.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
     }

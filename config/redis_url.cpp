@@ -142,6 +142,20 @@ tl::expected<void, std::string> parse_query(std::string_view query, RedisUrl& ur
     return {};
 }
 
+// Whether `url` (redis:// or rediss://) has an '@' past its authority: in
+// the query (redis-py's options may hold one), or ending a password that
+// holds a '/' or '?'.
+bool at_past_authority(std::string_view url) {
+    const auto separator = url.find(k_scheme_separator);
+    if (separator == std::string_view::npos || url.starts_with("unix")) {
+        return false;
+    }
+    const auto rest = url.substr(separator + k_scheme_separator.size());
+    const auto authority = rest.substr(0, rest.find_first_of("/?"));
+    return authority.find('@') == std::string_view::npos &&
+           rest.find('@') != std::string_view::npos;
+}
+
 tl::expected<RedisUrl, std::string> parse(std::string_view text) {
     auto separator = text.find(k_scheme_separator);
     if (separator == std::string_view::npos) {
@@ -154,14 +168,6 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
         return tl::make_unexpected(fmt::format("unsupported scheme {}", quote(scheme)));
     }
     std::string_view rest = text.substr(separator + k_scheme_separator.size());
-    // An '@' past the host's end is a user name or password holding a '/'
-    // or '?' (a socket path may hold an '@'): parsed on, its tail would be
-    // taken for the port and shown in the error.
-    if (!is_unix && rest.rfind('@') != std::string_view::npos &&
-        rest.rfind('@') > rest.find_first_of("/?")) {
-        return tl::make_unexpected("a '/' or '?' in the user name or password: percent-encode "
-                                   "them (%2F, %3F)");
-    }
 
     std::string_view query;
     if (auto question = rest.find('?'); question != std::string_view::npos) {
@@ -224,6 +230,15 @@ tl::expected<RedisUrl, std::string> parse(std::string_view text) {
 
 tl::expected<RedisUrl, std::string> parse_redis_url(std::string_view url) {
     auto result = parse(url);
+    if (!result && at_past_authority(url)) {
+        // The '@' may end a password that holds an unencoded '/' or '?'
+        // (the parts were then split in the wrong places, and the reason
+        // could quote a piece of the password), or sit in the query.
+        return tl::make_unexpected(
+            fmt::format("malformed URL, or a user name or password holding '/' or '?' (percent-"
+                        "encode them: %2F, %3F) in {}; expected {}",
+                        quote(mask_redis_url(url)), k_redis_url_forms));
+    }
     if (!result) {
         return tl::make_unexpected(fmt::format("{} in {}; expected {}", result.error(),
                                                quote(mask_redis_url(url)), k_redis_url_forms));
@@ -284,9 +299,27 @@ std::string mask_redis_url(std::string_view url) {
 tl::expected<std::vector<RedisUrl>, std::string> parse_redis_url_list(std::string_view urls) {
     std::vector<RedisUrl> parsed;
     constexpr std::string_view k_separators = ", \t";
+    // A separator ends a URL only before the next URL's scheme (or the
+    // end): one inside an unencoded password would otherwise split it, and
+    // the error would show the half before the '@' unmasked.
+    const auto url_end = [&](std::size_t from) {
+        for (auto at = urls.find_first_of(k_separators, from); at != std::string_view::npos;
+             at = urls.find_first_of(k_separators, at + 1)) {
+            const auto next = urls.find_first_not_of(k_separators, at);
+            if (next == std::string_view::npos) {
+                return at;
+            }
+            const auto tail = urls.substr(next);
+            if (tail.starts_with("redis://") || tail.starts_with("rediss://") ||
+                tail.starts_with("unix://")) {
+                return at;
+            }
+        }
+        return urls.size();
+    };
     std::size_t start = urls.find_first_not_of(k_separators);
     while (start != std::string_view::npos) {
-        const auto end = std::min(urls.find_first_of(k_separators, start), urls.size());
+        const auto end = url_end(start);
         const auto one = urls.substr(start, end - start);
         auto url = parse_redis_url(one);
         if (!url) {

@@ -239,7 +239,8 @@ int run_put(const Globals& globals, const KeyArgs& args, const std::string& inpu
     if (auto connected = client.connect(); !connected) {
         return report(connected.error());
     }
-    auto value = read_input(input, client.max_value() + 1);
+    const std::uint64_t max_value = client.max_value();
+    auto value = read_input(input, max_value + (max_value < UINT64_MAX ? 1 : 0));
     if (!value) {
         complain(value.error());
         return exit_status::usage;

@@ -182,6 +182,17 @@ TEST_CASE("keys and headers of many dotted parts are refused before parsing",
     const std::string error = error_of(fixture.load(fine));
     CHECK(error.find("dotted parts") == std::string::npos);
     CHECK(error.find("log_level") != std::string::npos); // not a level: the next check
+    // A multi-line string that ends with quotes of its own (""""x"""" is
+    // "x"): the scanner stays in step with toml++, in both directions.
+    const std::string quoted_end = "[remote]\npassword = \"\"\"\"This,\" she said, \"is "
+                                   "pointless.\"\"\"\" # see \"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o."
+                                   "p.q\"\n";
+    CHECK(fixture.load(quoted_end));
+    std::string hidden = "[remote]\npassword = \"\"\"x\"\"\"\" # \"\"\"\"\na";
+    for (int i = 0; i < 60'000; ++i) {
+        hidden += ".a";
+    }
+    CHECK(error_of(fixture.load(hidden + " = 1\n")) == p + ":3: " + why);
 }
 
 TEST_CASE("a NUL byte in a text setting is refused", "[config][errors][file]") {

@@ -122,10 +122,12 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
         // A password holding an unencoded '/' or '?': neither its tail nor
         // its head is shown (it was parsed as a port: bad port "s3cr").
         {"redis://user:s3cr/et@host:6379",
-         "a '/' or '?' in the user name or password: percent-encode them (%2F, %3F)",
+         "malformed URL, or a user name or password holding '/' or '?' (percent-encode them: "
+         "%2F, %3F)",
          "redis://user:***@host:6379"},
         {"redis://:s3cr?et@host",
-         "a '/' or '?' in the user name or password: percent-encode them (%2F, %3F)",
+         "malformed URL, or a user name or password holding '/' or '?' (percent-encode them: "
+         "%2F, %3F)",
          "redis://:***@host"},
         {"redis://%00:pw@h", "a NUL byte (%00) in the user name or password", "redis://%00:***@h"},
         {"redis://u:p%00w@h", "a NUL byte (%00) in the user name or password", "redis://u:***@h"},
@@ -137,6 +139,37 @@ TEST_CASE("bad Redis URLs name the problem and the accepted forms", "[config][re
         CHECK(url.error() == fmt::format("{} in \"{}\"; expected redis[s]://[user:password@]"
                                          "host[:port][/db] (rediss: TLS) or unix:///path[?db=N]",
                                          row.reason, row.shown));
+    }
+}
+
+TEST_CASE("an '@' in the query is not a password's end", "[config][redis_url]") {
+    auto url = parse_redis_url("redis://host:6379/0?client_name=me@x");
+    REQUIRE(url);
+    CHECK(url->host == "host");
+    CHECK(url->db == 0);
+    auto tls = parse_redis_url("rediss://host:6380?ssl_ca_certs=/etc/ca@x.pem");
+    REQUIRE(tls);
+    CHECK(tls->port == 6380);
+    // A password that holds a '/' and whose head looks like a port: the
+    // database number would quote the tail; nothing of it is shown.
+    auto leaky = parse_redis_url("redis://user:123/45@host");
+    REQUIRE_FALSE(leaky);
+    CHECK(leaky.error().find("45") == std::string::npos);
+    CHECK(leaky.error().find("123") == std::string::npos);
+}
+
+TEST_CASE("a list splits only before a scheme", "[config][redis_url]") {
+    auto list = parse_redis_url_list("redis://h1:1, redis://h2:2\trediss://h3:3,,");
+    REQUIRE(list);
+    CHECK(list->size() == 3);
+    // A ',' or ' ' inside an unencoded password: its head was shown.
+    for (const std::string text : {"redis://:pa,ss@h1:6379", "redis://:pa ss@h1:6379"}) {
+        auto parsed = parse_redis_url_list(text);
+        if (parsed) {
+            CHECK(parsed->size() == 1);
+        } else {
+            CHECK(parsed.error().find("pa") == std::string::npos);
+        }
     }
 }
 
