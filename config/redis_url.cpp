@@ -278,11 +278,17 @@ std::string mask_redis_url(std::string_view url) {
     if (separator == std::string_view::npos) {
         return std::string(url);
     }
-    // The last '@' ends the user information, even one that follows a '/'
-    // or '?' in a password that was not percent-encoded: masking too much
-    // is harmless, showing a password is not.
+    // A URL that parses has its user information in its authority (a
+    // socket path or a query may hold an '@' and a ':'). In one that does
+    // not, the last '@' ends it, even one past a '/' or '?' of a password
+    // that was not percent-encoded: there masking too much is harmless,
+    // showing a password is not.
     std::size_t start = separator + k_scheme_separator.size();
-    std::string_view authority = url.substr(start);
+    std::size_t end = url.size();
+    if (parse(url)) {
+        end = std::min(url.find_first_of("/?", start), url.size());
+    }
+    std::string_view authority = url.substr(start, end - start);
     auto at = authority.rfind('@');
     if (at == std::string_view::npos) {
         return std::string(url);

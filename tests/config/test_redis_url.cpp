@@ -192,4 +192,6 @@ TEST_CASE("mask_redis_url hides only the password", "[config][redis_url]") {
     CHECK(mask_redis_url("redis://u:s3cr/et@h:1") == "redis://u:***@h:1");
     CHECK(mask_redis_url("redis://:a?b@c@h") == "redis://:***@h");
     CHECK(mask_redis_url("unix:///run/a@b.sock") == "unix:///run/a@b.sock");
+    CHECK(mask_redis_url("unix:///redis://u:p%4@hs.sock") == "unix:///redis://u:p%4@hs.sock");
+    CHECK(mask_redis_url("redis://h:6379/0?x@y") == "redis://h:6379/0?x@y");
 }
