@@ -23,8 +23,8 @@ constexpr std::uint64_t k_cluster_slots_max_elements = 64 * proto::k_cluster_slo
 // ids (40) and metadata: none is a value, so none may take max_value_size
 // (a node could make the daemon hold 528 MiB per refresh). As a whole, 4 KiB
 // per slot (64 MiB): a range of one slot with the eight nodes above takes
-// about 0.5 KiB with IP addresses, and 4.8 KiB only if each also announces a
-// 255-byte host name.
+// about 0.5 KiB with IP addresses, and 3.1 KiB if each also announces a
+// 255-byte host name and an IPv6 address (48.6 MiB for 16,384 such ranges).
 constexpr std::uint64_t k_cluster_slots_max_bulk = 1024;
 constexpr std::uint64_t k_cluster_slots_max_bytes = 4096 * proto::k_cluster_slots;
 
