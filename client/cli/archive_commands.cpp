@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "client/cli/common.hpp"
+#include "client/cxx/process.hpp"
 #include "proto/archive.hpp"
 #include "proto/messages.hpp"
 
@@ -36,22 +37,6 @@ std::uint64_t now_ms() {
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-tl::expected<void, std::string> write_all(int fd, std::span<const std::byte> data,
-                                          const std::string& name) {
-    std::size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
-        if (wrote < 0 && errno == EINTR) {
-            continue;
-        }
-        if (wrote < 0) {
-            return tl::unexpected(fmt::format("cannot write {}: {}", name, std::strerror(errno)));
-        }
-        done += static_cast<std::size_t>(wrote);
-    }
-    return {};
 }
 
 // The archive's destination: stdout, or a temporary file renamed into place
@@ -93,7 +78,10 @@ public:
     }
 
     tl::expected<void, std::string> write(std::span<const std::byte> data) {
-        return write_all(m_fd, data, name());
+        if (const int error = cxx::write_all(m_fd, data)) {
+            return tl::unexpected(fmt::format("cannot write {}: {}", name(), std::strerror(error)));
+        }
+        return {};
     }
 
     tl::expected<void, std::string> commit() {

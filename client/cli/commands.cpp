@@ -15,6 +15,7 @@
 #include "client/cli/common.hpp"
 #include "client/cli/format.hpp"
 #include "client/client.hpp"
+#include "client/cxx/process.hpp"
 #include "config/config.hpp"
 
 #include <fmt/format.h>
@@ -170,19 +171,7 @@ tl::expected<void, std::string> write_output(const std::string& path,
     if (fd < 0) {
         return tl::unexpected(fmt::format("cannot open {}: {}", name, std::strerror(errno)));
     }
-    std::size_t done = 0;
-    int error = 0;
-    while (done < data.size()) {
-        const ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
-        if (wrote < 0 && errno == EINTR) {
-            continue;
-        }
-        if (wrote < 0) {
-            error = errno;
-            break;
-        }
-        done += static_cast<std::size_t>(wrote);
-    }
+    int error = cxx::write_all(fd, data);
     if (fd != STDOUT_FILENO && ::close(fd) != 0 && error == 0) {
         error = errno;
     }

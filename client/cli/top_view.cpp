@@ -129,6 +129,14 @@ std::unique_ptr<TopScreen> TopScreen::open() {
     if (screen == nullptr) {
         return nullptr;
     }
+    // A terminal that cannot place the cursor (TERM=dumb, emacs's shell)
+    // would show an empty screen: plain lines instead.
+    const char* cursor_address = ::tigetstr("cup");
+    if (cursor_address == nullptr || cursor_address == reinterpret_cast<char*>(-1)) {
+        ::endwin();
+        ::delscreen(screen);
+        return nullptr;
+    }
     return std::unique_ptr<TopScreen>(new TopScreen(screen));
 }
 

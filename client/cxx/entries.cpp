@@ -7,6 +7,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "client/cxx/process.hpp"
 #include "proto/bytes.hpp"
 #include "proto/cxx_value.hpp"
 #include "proto/hex.hpp"
@@ -31,21 +32,6 @@ struct ZstdDStream {
     ZSTD_DCtx* ctx = ZSTD_createDCtx();
     ~ZstdDStream() { ZSTD_freeDCtx(ctx); }
 };
-
-bool write_fd(int fd, const char* data, std::size_t size) {
-    while (size > 0) {
-        const auto n = ::write(fd, data, size);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
 
 } // namespace
 
@@ -147,8 +133,8 @@ tl::expected<BuildRecord, std::string> decode_result(std::span<const std::byte> 
             if (produced + out.pos > total) {
                 return tl::unexpected(std::string("result longer than its header says"));
             }
-            if (!write_fd(output_fd, target, out.pos)) {
-                return tl::unexpected(std::string("writing the output: ") + std::strerror(errno));
+            if (const int error = write_all(output_fd, std::string_view(target, out.pos))) {
+                return tl::unexpected(std::string("writing the output: ") + std::strerror(error));
             }
         }
         produced += out.pos;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -58,17 +59,34 @@ std::string env_or(const char* name, std::string fallback) {
     return value != nullptr ? std::string(value) : fallback;
 }
 
-void write_all(int fd, std::string_view text) {
+int write_all(int fd, std::string_view text) {
     while (!text.empty()) {
         const auto n = ::write(fd, text.data(), text.size());
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n <= 0) {
-            return;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            // As a blocking write would: wait until the reader makes room.
+            pollfd ready{fd, POLLOUT, 0};
+            if (::poll(&ready, 1, -1) < 0 && errno != EINTR) {
+                return errno;
+            }
+            continue;
+        }
+        if (n < 0) {
+            return errno;
+        }
+        if (n == 0) {
+            return EIO; // no progress on a non-empty write
         }
         text.remove_prefix(static_cast<std::size_t>(n));
     }
+    return 0;
+}
+
+int write_all(int fd, std::span<const std::byte> bytes) {
+    return write_all(fd,
+                     std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 RunResult run_captured(const std::string& program, std::span<const std::string> args) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pt2cache::client::cxx {
@@ -29,8 +30,12 @@ RunResult run_captured(const std::string& program, std::span<const std::string> 
 // failure, with errno set.
 void exec_program(const std::string& program, std::span<const std::string> args);
 
-// Writes all of `text` to `fd`, retrying short writes.
-void write_all(int fd, std::string_view text);
+// Writes all of `text` to `fd`: retries short and interrupted writes, and
+// waits for room when `fd` is non-blocking (a terminal or pipe that another
+// process made O_NONBLOCK would otherwise cut the output at EAGAIN). Returns
+// 0, or the errno of the write that failed.
+int write_all(int fd, std::string_view text);
+int write_all(int fd, std::span<const std::byte> bytes);
 
 // The environment variable `name`, or `fallback` when it is unset.
 std::string env_or(const char* name, std::string fallback = {});

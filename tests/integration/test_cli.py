@@ -496,8 +496,9 @@ def test_output_errors_and_bounded_input(daemon, make_daemon):
 
 def test_top_without_a_usable_terminal_prints_plain_lines(daemon):
     """On a terminal curses does not know (TERM unset or unknown), top exited
-    with status 1 (initscr's own exit); with stdin not a terminal, it spun a
-    CPU. Both print plain lines now."""
+    with status 1 (initscr's own exit); on one that cannot place the cursor
+    (TERM=dumb) it drew nothing; with stdin not a terminal, it spun a CPU.
+    All print plain lines now."""
     import resource
 
     def children_cpu() -> float:
@@ -505,7 +506,7 @@ def test_top_without_a_usable_terminal_prints_plain_lines(daemon):
         return usage.ru_utime + usage.ru_stime
 
     top = f"{PT2CACHE_CLI} --socket {daemon.socket} top --iterations 3 --interval 0.3"
-    for term, redirect in (("nosuchterm", ""), ("", ""), ("xterm", " < /dev/null")):
+    for term, redirect in (("nosuchterm", ""), ("", ""), ("dumb", ""), ("xterm", " < /dev/null")):
         before = children_cpu()
         r = subprocess.run(["script", "-qec", f"{top}{redirect}; echo rc=$?", "/dev/null"],
                            capture_output=True, env={**os.environ, "TERM": term}, timeout=30)
@@ -513,3 +514,31 @@ def test_top_without_a_usable_terminal_prints_plain_lines(daemon):
         assert "rc=0" in text, (term, text)
         assert "ops/s=" in text, (term, text)
         assert children_cpu() - before < 0.3, term  # 0.6 s of waiting, not spinning
+
+
+def test_a_non_blocking_stdout_gets_every_byte(daemon):
+    """A pipe another process made O_NONBLOCK filled up and `get` stopped at
+    EAGAIN with part of the value written; `export` likewise. Both wait for
+    the reader now, as a blocking write would."""
+    value = os.urandom(1 << 20)  # 16 times a pipe's buffer
+    assert daemon.cli("put", "pgo", "big", input=value).returncode == OK
+    for args in (("get", "pgo", "big"), ("export", "--ns", "pgo")):
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        with subprocess.Popen([PT2CACHE_CLI, "--socket", str(daemon.socket), *args],
+                              stdout=write_end, stderr=subprocess.PIPE) as child:
+            os.close(write_end)
+            time.sleep(0.5)  # the pipe fills while nobody reads
+            chunks = []
+            with os.fdopen(read_end, "rb") as reader:
+                while chunk := reader.read(64 * 1024):
+                    chunks.append(chunk)
+            stderr = child.stderr.read().decode(errors="replace")
+            assert child.wait(timeout=30) == OK, (args, stderr)
+        got = b"".join(chunks)
+        if args[0] == "export":  # the whole archive: it imports the value back
+            assert daemon.cli("rm", "pgo", "big").returncode == OK
+            r = daemon.cli("import", "-", input=got)
+            assert r.returncode == OK, err(r)
+            got = daemon.cli("get", "pgo", "big").stdout
+        assert got == value, (args, len(got))
