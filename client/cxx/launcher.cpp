@@ -31,8 +31,16 @@ std::string current_directory() {
     return ::getcwd(buffer, sizeof buffer) != nullptr ? std::string(buffer) : std::string();
 }
 
+// Reads a regular file whole. Anything else is not opened at all: opening a
+// FIFO blocks until a writer comes, and a reader that opens and closes it
+// can cost that writer a SIGPIPE before the compiler reads it.
 bool read_file(const std::string& path, std::string& out) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat named {};
+    if (::stat(path.c_str(), &named) != 0 || !S_ISREG(named.st_mode)) {
+        return false;
+    }
+    // O_NONBLOCK: were it replaced by a FIFO since, the open must not wait.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         return false;
     }
@@ -228,7 +236,7 @@ bool Launcher::prepare() {
     }
     std::string source;
     if (!read_file(m_invocation.source_path, source)) {
-        m_why = "the source cannot be read";
+        m_why = "the source cannot be read as a regular file";
         return false;
     }
     for (const auto macro : {"__DATE__", "__TIME__", "__TIMESTAMP__"}) {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cxx_helpers import (GXX, KERNEL, KERNEL_H, LAUNCHER, clean_env, counters, cxx, gxx,
+from cxx_helpers import (CLI, GXX, KERNEL, KERNEL_H, LAUNCHER, clean_env, counters, cxx, gxx,
                          launcher_env, ok, run, write)
 
 
@@ -221,3 +221,37 @@ def test_sixteen_identical_builds_at_once(daemon, tmp_root):
     ok(gxx(args, tmp_root))
     assert (tmp_root / "k.o").read_bytes() == built
     assert not list(tmp_root.glob(".k.o.pt2cache-*"))
+
+
+def test_a_fifo_source_is_left_to_the_compiler(daemon, tmp_root):
+    """The launcher opened a FIFO source to read it: with no writer yet the
+    build waited forever, and with one it let the writer in, closed, and the
+    writer's bytes were gone before the compiler came (it then waited for a
+    writer that had left). A source that is not a regular file is the
+    compiler's alone now, in the build and in `cxx --explain`."""
+    write(tmp_root / "kernel.h", KERNEL_H)
+    source = tmp_root / "k.cpp"
+    os.mkfifo(source)
+    env = launcher_env(daemon, tmp_root / "t")
+    args = ["-c", "k.cpp", "-O2", "-o", "k.o"]
+
+    def feed():  # blocks until a reader opens the FIFO, as a generator would
+        with open(source, "w") as fifo:
+            fifo.write(KERNEL)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    ok(cxx(args, tmp_root, env, timeout=30))
+    writer.join(timeout=10)
+    assert not writer.is_alive()
+    built = (tmp_root / "k.o").read_bytes()
+    assert counters(daemon).get("builds", 0) == 0  # passed through, not cached
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    ok(gxx(args, tmp_root, timeout=30))
+    writer.join(timeout=10)
+    assert (tmp_root / "k.o").read_bytes() == built
+    # --explain says why, without opening the FIFO (no writer waits now).
+    explain = run([CLI, "--socket", daemon.socket, "cxx", "--explain", "--", "g++", *args],
+                  tmp_root, env, timeout=30)
+    assert b"cannot be read as a regular file" in explain.stdout, explain
