@@ -2,6 +2,7 @@
 // COMMAND, CONFIG, RESET.
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <optional>
 #include <unistd.h>
 
@@ -97,12 +98,18 @@ RespSession::Next RespSession::hello(Args args) {
     int version = m_version;
     std::size_t i = 1;
     if (args.size() > 1) {
-        const auto requested = args[1];
-        if (requested != "2" && requested != "3") {
+        // As Redis 7.0 reads it: an integer first, then a version it speaks.
+        const auto requested = resp_detail::to_int(args[1]);
+        if (!requested) {
+            Writer(m_out.bytes(), m_version)
+                .error("ERR Protocol version is not an integer or out of range");
+            return Next::keep;
+        }
+        if (*requested != 2 && *requested != 3) {
             Writer(m_out.bytes(), m_version).error("NOPROTO unsupported protocol version");
             return Next::keep;
         }
-        version = requested == "3" ? 3 : 2;
+        version = static_cast<int>(*requested);
         i = 2;
     }
     std::string name = m_name;
@@ -150,39 +157,72 @@ RespSession::Next RespSession::hello(Args args) {
     return Next::keep;
 }
 
+namespace {
+
+// CLIENT's subcommands served here, with their arity as in Redis's command
+// table (SETINFO and NO-TOUCH as in Redis 7.2, which redis-py 5 expects).
+constexpr std::array<std::pair<std::string_view, int>, 7> k_client_subcommands = {{
+    {"SETINFO", 4},
+    {"SETNAME", 3},
+    {"GETNAME", 2},
+    {"ID", 2},
+    {"INFO", 2},
+    {"NO-EVICT", 3},
+    {"NO-TOUCH", 3},
+}};
+
+} // namespace
+
+std::optional<std::string> RespSession::client_subcommand_error(Args args) {
+    const auto sub = args[1];
+    const auto known = std::find_if(k_client_subcommands.begin(), k_client_subcommands.end(),
+                                    [&](const auto& entry) { return iequals(sub, entry.first); });
+    if (known == k_client_subcommands.end()) {
+        return fmt::format("ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                           resp_detail::quoted(sub));
+    }
+    if (args.size() != static_cast<std::size_t>(known->second)) {
+        std::string lower(known->first);
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; });
+        return fmt::format("ERR wrong number of arguments for 'client|{}' command", lower);
+    }
+    return std::nullopt;
+}
+
 RespSession::Next RespSession::client(Args args) {
     Writer reply(m_out.bytes(), m_version);
     if (args.size() < 2) {
         wrong_arity("client");
         return Next::keep;
     }
+    if (auto error = client_subcommand_error(args)) { // checked by execute() already
+        reply.error(*error);
+        return Next::keep;
+    }
     const auto sub = args[1];
-    if (iequals(sub, "SETINFO") && args.size() == 4) {
+    if (iequals(sub, "SETINFO")) {
         reply.simple("OK");
-    } else if (iequals(sub, "SETNAME") && args.size() == 3) {
+    } else if (iequals(sub, "SETNAME")) {
         if (const auto refused = client_name_error(args[2])) {
             reply.error(*refused);
         } else {
             m_name = std::string(args[2]);
             reply.simple("OK");
         }
-    } else if (iequals(sub, "GETNAME") && args.size() == 2) {
+    } else if (iequals(sub, "GETNAME")) {
         if (m_name.empty()) {
             reply.null();
         } else {
             reply.bulk(m_name);
         }
-    } else if (iequals(sub, "ID") && args.size() == 2) {
+    } else if (iequals(sub, "ID")) {
         reply.integer(static_cast<std::int64_t>(m_connection.id()));
-    } else if ((iequals(sub, "NO-EVICT") || iequals(sub, "NO-TOUCH")) && args.size() == 3) {
-        reply.simple("OK");
-    } else if (iequals(sub, "INFO") && args.size() == 2) {
+    } else if (iequals(sub, "INFO")) {
         reply.verbatim(
             fmt::format("id={} name={} resp={}\n", m_connection.id(), m_name, m_version));
-    } else {
-        reply.error(fmt::format("ERR unknown subcommand or wrong number of arguments for '{}'. "
-                                "Try CLIENT HELP.",
-                                resp_detail::quoted(sub)));
+    } else { // NO-EVICT, NO-TOUCH
+        reply.simple("OK");
     }
     return Next::keep;
 }
@@ -191,11 +231,18 @@ RespSession::Next RespSession::select(Args args) {
     Writer reply(m_out.bytes(), m_version);
     if (args.size() != 2) {
         wrong_arity("select");
-    } else if (args[1] == "0") {
-        reply.simple("OK");
-    } else if (args[1].find_first_not_of("-0123456789") != std::string_view::npos ||
-               args[1].empty()) {
+        return Next::keep;
+    }
+    // As Redis 7.0 reads the index (getIntFromObjectOrReply).
+    const auto index = resp_detail::to_int(args[1]);
+    if (!index) {
         reply.error("ERR value is not an integer or out of range");
+    } else if (*index < std::numeric_limits<int>::min() ||
+               *index > std::numeric_limits<int>::max()) {
+        reply.error(fmt::format("ERR value is out of range, value must between {} and {}",
+                                std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+    } else if (*index == 0) {
+        reply.simple("OK");
     } else {
         reply.error("ERR DB index is out of range");
     }

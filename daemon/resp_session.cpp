@@ -223,6 +223,13 @@ awaitable<RespSession::Next> RespSession::execute(Args args) {
         m_multi_failed = m_in_multi;
         co_return Next::keep;
     }
+    if (name == "CLIENT" && args.size() >= 2) {
+        if (auto error = client_subcommand_error(args)) {
+            reply.error(*error);
+            m_multi_failed = m_in_multi;
+            co_return Next::keep;
+        }
+    }
     if (name == "QUIT") {
         reply.simple("OK");
         co_return Next::close;

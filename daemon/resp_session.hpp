@@ -94,6 +94,10 @@ private:
     std::optional<std::string_view> authenticate(std::string_view user, std::string_view given,
                                                  bool user_named);
     Next client(Args args);
+    // The error of a CLIENT subcommand that is unknown or has the wrong
+    // number of arguments, checked where Redis checks it: before MULTI
+    // queues the command.
+    static std::optional<std::string> client_subcommand_error(Args args);
     Next select(Args args);
     Next info(Args args);
     Next command(Args args);

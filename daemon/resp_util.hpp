@@ -41,7 +41,15 @@ inline std::string upper(std::string_view text) {
     return out;
 }
 
+// An integer as Redis reads one (string2ll): an optional '-', then "0" alone
+// or digits without a leading zero; no '+', spaces or "-0". A SET with
+// `EX 010` is an error there, not ten seconds.
 inline std::optional<std::int64_t> to_int(std::string_view text) {
+    const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+    if (digits.empty() || digits.front() < '0' || digits.front() > '9' ||
+        (digits.front() == '0' && text.size() > 1)) {
+        return std::nullopt;
+    }
     std::int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size()) {
