@@ -243,6 +243,18 @@ std::optional<DiskIndex::Victim> DiskIndex::pop_least_recent() {
     return Victim{m_ns_names[node.ns_index], node.id, node.size, node.small};
 }
 
+void DiskIndex::put_back(const Victim& victim) {
+    std::lock_guard lock(m_mutex);
+    if (m_map.contains(victim.id)) {
+        return;
+    }
+    const std::uint32_t at = allocate_locked(
+        Node{victim.id, victim.size, intern_locked(victim.ns), k_none, k_none, victim.small});
+    link_end_locked(at, End::oldest);
+    add_total(m_nodes[at]);
+    m_map.emplace(victim.id, at); // last, as in record()
+}
+
 void DiskIndex::merge_scan(std::vector<ScannedFile> scanned) {
     // Most recent first, so appending keeps the oldest at the back; of two
     // records of one id the small one first, so that it is the one kept.

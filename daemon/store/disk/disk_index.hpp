@@ -85,6 +85,9 @@ public:
 
     // Removes and returns the least recently used file, if any.
     std::optional<Victim> pop_least_recent();
+    // Puts back a victim that could not be removed, as the least recently
+    // used (unless it was recorded again since): it is still stored.
+    void put_back(const Victim& victim);
 
     // Adds the startup scan's entries behind everything already known (older
     // mtime = less recently used), skipping entries recorded, erased or

@@ -4,8 +4,10 @@
 #include "daemon/store/disk/disk_small_store.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <lmdb.h>
+#include <optional>
 
 #include "daemon/store/disk/disk_small_lmdb.hpp"
 #include "daemon/store/disk/fault_guard.hpp"
@@ -44,19 +46,26 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
     };
     std::shared_lock lock(m_env_mutex);
     if (!m_env) {
-        return tl::make_unexpected(fmt::format("{} is closed", m_path));
+        lock.unlock();
+        reopen_if_closed();
+        lock.lock();
+        if (!m_env) {
+            return tl::make_unexpected(fmt::format("{} is closed", m_path));
+        }
     }
     const std::uint64_t generation = m_generation; // the environment quarantine() may replace
-    Txn txn(m_env->env, read_only, rc);
-    if (rc != 0) {
-        return fail("mdb_txn_begin");
-    }
+    // Begun inside the guard: it reads the meta pages, past the end of a
+    // file truncated under the daemon (SIGBUS).
+    std::optional<Txn> txn;
     const char* failed = nullptr;
     auto run = [&] {
-        if (rc = body(*m_env, txn.get()); rc != 0) {
+        txn.emplace(m_env->env, read_only, rc);
+        if (rc != 0) {
+            failed = "mdb_txn_begin";
+        } else if (rc = body(*m_env, txn->get()); rc != 0) {
             failed = "transaction";
         } else if (!read_only) {
-            if (rc = txn.commit(); rc != 0) {
+            if (rc = txn->commit(); rc != 0) {
                 failed = "commit";
             } else {
                 refresh_usage_locked();
@@ -65,8 +74,10 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
     };
     if (!run_guarded(run)) {
         abandon_open_cursors();
-        keep_abandoned(txn.get());
-        txn.forget();
+        if (txn) { // else the fault came before it was made
+            keep_abandoned(txn->get());
+            txn->forget();
+        }
         lock.unlock();
         quarantine(generation, true, "LMDB faulted on its pages");
         rc = k_fault;
@@ -81,7 +92,7 @@ tl::expected<void, std::string> SmallStore::in_txn(bool read_only, const TxnBody
         // after a fault. Kept, the store could never be compacted again (its
         // file would stay above max_size), and a write touching the bad page
         // could copy its sizes into LMDB's own buffers, where no guard helps.
-        txn.abort();
+        txn.reset();
         lock.unlock();
         quarantine(generation, false, mdb_text(rc));
     }
@@ -228,7 +239,8 @@ tl::expected<void, SmallError> SmallStore::write(std::span<const SmallWrite> wri
         },
         &rc);
     if (!done) {
-        return tl::make_unexpected(SmallError{rc == MDB_MAP_FULL, std::move(done.error())});
+        return tl::make_unexpected(
+            SmallError{rc == MDB_MAP_FULL, std::move(done.error()), rc == ENOSPC || rc == EDQUOT});
     }
     return {};
 }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,7 @@ inline constexpr std::size_t k_small_value_limit = 1 << 20;
 struct SmallError {
     bool map_full = false; // MDB_MAP_FULL: the transaction was aborted, nothing written
     std::string message;
+    bool no_space = false; // ENOSPC or EDQUOT: the filesystem is full
 };
 
 // One entry to store: its encoded bytes in up to three pieces.
@@ -190,6 +192,10 @@ private:
     // already did) by a fresh store, logging `why`; `faulted`: LMDB was
     // interrupted in it (it is never closed).
     void quarantine(std::uint64_t generation, bool faulted, std::string_view why);
+    // Opens the store again when an earlier open left it closed (a full
+    // filesystem when a quarantine or compaction replaced it): at most
+    // once per k_reopen_interval, so that a lasting cause costs little.
+    void reopen_if_closed();
     void close_env_locked();
     // Re-measures used and file bytes (caller holds the env lock, shared).
     void refresh_usage_locked();
@@ -207,6 +213,8 @@ private:
     // One more each time m_env is replaced (under the exclusive lock): what
     // tells an environment from a later one at the same address.
     std::uint64_t m_generation = 0;
+    static constexpr std::chrono::seconds k_reopen_interval{1};
+    std::chrono::steady_clock::time_point m_next_reopen; // under the exclusive lock
     std::atomic<std::uint64_t> m_used_bytes{0};
     std::atomic<std::uint64_t> m_file_bytes{0};
     std::atomic<std::uint64_t> m_quarantines{0};

@@ -3,6 +3,7 @@
 // usage, growing the map and compaction.
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,26 @@ namespace {
 // What compaction copies between two commits of its copy: far below LMDB's
 // bound on one write transaction's dirty pages (MDB_IDL_UM_MAX: 131,072).
 constexpr std::size_t k_copy_batch_bytes = std::size_t{16} << 20U;
+
+// LMDB creates its lock file with ftruncate, which leaves it sparse, and
+// writes it through a shared mapping: on a full filesystem the first write
+// to a page without a block is a SIGBUS. The file's blocks are allocated
+// here first, so that a full filesystem is an open error instead. LMDB keeps
+// a lock file larger than it needs (it takes more reader slots).
+constexpr off_t k_lock_file_bytes = (k_max_readers + 4) * 64 + 4096;
+
+tl::expected<void, std::string> allocate_lock_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        return tl::make_unexpected(fmt::format("cannot open {}: {}", path, errno_text(errno)));
+    }
+    const int rc = ::posix_fallocate(fd, 0, k_lock_file_bytes);
+    ::close(fd);
+    if (rc != 0) {
+        return tl::make_unexpected(fmt::format("cannot allocate {}: {}", path, errno_text(rc)));
+    }
+    return {};
+}
 
 } // namespace
 
@@ -135,6 +156,21 @@ void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_
     }
 }
 
+void SmallStore::reopen_if_closed() {
+    std::unique_lock lock(m_env_mutex);
+    const auto now = std::chrono::steady_clock::now();
+    if (m_env || now < m_next_reopen) {
+        return;
+    }
+    m_next_reopen = now + k_reopen_interval;
+    bool refused = false;
+    if (auto opened = open_env(refused); !opened) {
+        logger().error("small-entry store {} is still closed: {}", m_path, opened.error());
+        return;
+    }
+    logger().warn("small-entry store {} reopened", m_path);
+}
+
 void SmallStore::close_env_locked() {
     m_env.reset();
 }
@@ -159,7 +195,19 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
     }
     auto env = std::move(*created);
     mdb_env_set_maxreaders(env->env, k_max_readers);
-    int rc = mdb_env_open(env->env, m_path.c_str(), k_env_flags, 0600);
+    if (auto allocated = allocate_lock_file(m_path + "-lock"); !allocated) {
+        return allocated;
+    }
+    // Guarded too: a lock file that loses its blocks after all (another
+    // process truncates it) would fault in the writes below, not corrupt
+    // the store.
+    int rc = 0;
+    auto open_files = [&] { rc = mdb_env_open(env->env, m_path.c_str(), k_env_flags, 0600); };
+    if (!run_guarded(open_files)) {
+        keep_abandoned(env.release()); // interrupted inside LMDB: never closed
+        return tl::make_unexpected(
+            fmt::format("cannot open {}: LMDB faulted writing its lock file", m_path));
+    }
     if (rc != 0) {
         refused = is_refusal(rc);
         return tl::make_unexpected(fmt::format("cannot open {}: {}", m_path, mdb_text(rc)));

@@ -429,6 +429,9 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
         fd = open_fd(temp_path, k_create, k_file_mode);
     }
     if (!fd) {
+        if (fd.error() == ENOSPC || fd.error() == EDQUOT) {
+            note_space_short(); // no inode, or no block for the directory
+        }
         return tl::make_unexpected(
             io_error(fmt::format("cannot create {}: {}", temp_path, errno_text(fd.error()))));
     }
@@ -448,6 +451,14 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
     }
     if (error != 0) {
         ::unlink(temp_path.c_str());
+        if (error == ENOSPC || error == EDQUOT) {
+            note_space_short();
+        }
+        // The value this put replaces must not come back in its place (the
+        // put may have been acknowledged from memory): the key is a miss.
+        if (::unlink(final_path.c_str()) == 0 || errno == ENOENT) {
+            m_index.erase(id);
+        }
         return tl::make_unexpected(
             io_error(fmt::format("cannot write {}: {}", final_path, errno_text(error))));
     }

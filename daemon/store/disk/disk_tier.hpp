@@ -173,6 +173,9 @@ private:
     load_file(std::string_view ns, std::string_view key, const Hash128& id, bool touch);
     void evict_loop();
     void wake_evictor_if_needed();
+    // A write failed for want of space (ENOSPC, EDQUOT): wakes the evictor
+    // to make room even below max_size.
+    void note_space_short();
 
     // Writes an encoded entry to a temp file and renames it into place, then
     // records it in the index.
@@ -208,8 +211,10 @@ private:
     void scan_small(std::vector<DiskIndex::ScannedFile>& scanned);
     // Moves entry files of at most small_entry_max bytes into the store.
     void migrate(const std::vector<std::pair<std::string, Hash128>>& files);
-    // Deletes a batch of evicted small entries; the number deleted.
-    std::uint64_t evict_small(std::vector<DiskIndex::Victim>& victims);
+    // Deletes a batch of evicted small entries; the number deleted. When
+    // the delete fails, the victims go back into the index (they are still
+    // stored) and `failed` is set.
+    std::uint64_t evict_small(std::vector<DiskIndex::Victim>& victims, bool& failed);
     // Compacts small.mdb when its free pages push the tier over max_size.
     void compact_if_needed(bool at_startup);
     // Puts back what can be read of a quarantined small-entry store and was
@@ -253,6 +258,9 @@ private:
     std::vector<std::pair<std::string, Hash128>> m_touched; // small entries read since the flush
     std::atomic<bool> m_migration_done{false};
     std::atomic<bool> m_small_map_full{false}; // a write hit MDB_MAP_FULL: evict
+    // A write found the filesystem full (ENOSPC, EDQUOT) below max_size:
+    // the evictor makes room for a tenth of the cache.
+    std::atomic<bool> m_space_short{false};
     // A quarantined store to salvage, and whether a salvage runs (m_mutex).
     std::optional<QuarantinedStore> m_salvage_job;
     bool m_salvage_running = false;

@@ -21,6 +21,8 @@ namespace pt2cache::daemon::store {
 namespace {
 
 constexpr std::size_t k_evict_batch = 256; // small entries deleted per LMDB transaction
+// The least time between two passes that make room on a full filesystem.
+constexpr std::chrono::seconds k_space_pass_interval{10};
 
 } // namespace
 
@@ -47,6 +49,14 @@ void DiskTier::wake_evictor_if_needed() {
     m_wake.notify_all();
 }
 
+void DiskTier::note_space_short() {
+    if (m_space_short.exchange(true, std::memory_order_relaxed)) {
+        return; // the evictor has not taken the last one yet
+    }
+    { std::lock_guard lock(m_mutex); }
+    m_wake.notify_all();
+}
+
 void DiskTier::evict_loop() {
     const std::uint64_t target = m_options.max_size / 10 * 9;
     // What eviction can lower: the files' blocks and the small entries'
@@ -59,11 +69,13 @@ void DiskTier::evict_loop() {
     // After a pass that could not get under max_size (say, LMDB's fixed
     // pages alone exceed a tiny bound), the next waits for the timeout.
     bool stuck = false;
+    auto next_space_pass = std::chrono::steady_clock::time_point();
     std::unique_lock lock(m_mutex);
     for (;;) {
         m_wake.wait_for(lock, std::chrono::seconds(1), [this, stuck] {
             return m_stop || m_small_map_full.load(std::memory_order_relaxed) ||
                    (scan_complete() && m_salvage_job && !m_salvage_held) ||
+                   (!stuck && scan_complete() && m_space_short.load(std::memory_order_relaxed)) ||
                    (!stuck && scan_complete() && size_bytes() > m_options.max_size);
         });
         stuck = false;
@@ -91,6 +103,21 @@ void DiskTier::evict_loop() {
         if (m_small_map_full.exchange(false) && m_small) {
             const std::uint64_t now_used = in_use();
             goal = std::min(goal, now_used - std::min(now_used, m_index.small_bytes() / 4));
+        } else if (scan_complete() && m_space_short.exchange(false) &&
+                   std::chrono::steady_clock::now() >= next_space_pass) {
+            // The filesystem filled up below max_size (other files on it,
+            // or max_size above its size): a tenth of the cache makes room,
+            // once in k_space_pass_interval at most, so that a filesystem
+            // that stays full does not empty the cache within seconds.
+            next_space_pass = std::chrono::steady_clock::now() + k_space_pass_interval;
+            const std::uint64_t now_used = in_use();
+            goal = std::min(goal, now_used - now_used / 10);
+            static LogThrottle throttle(60'000);
+            if (const auto left_out = throttle.take()) {
+                logger().warn("the filesystem of {} is full below disk.max_size ({} bytes in "
+                              "use): evicting a tenth of the cache{}",
+                              m_layout.root(), now_used, left_out_note(*left_out));
+            }
         } else if (!scan_complete() || size_bytes() <= m_options.max_size) {
             lock.lock();
             continue;
@@ -98,15 +125,28 @@ void DiskTier::evict_loop() {
         std::uint64_t files = 0;
         std::uint64_t small = 0;
         std::vector<DiskIndex::Victim> small_victims;
+        // Once a delete from small.mdb fails (a full filesystem: LMDB's
+        // deletes need pages too), its entries are passed over this pass
+        // and put back after it, so that files can still make room; a
+        // bounded number, so that a pass stays short.
+        bool small_failed = false;
+        std::vector<DiskIndex::Victim> passed_over;
         while (!m_stop_requested.load(std::memory_order_relaxed) && in_use() > goal) {
             auto victim = m_index.pop_least_recent();
             if (!victim) {
                 break;
             }
+            if (victim->small && small_failed) {
+                passed_over.push_back(std::move(*victim));
+                if (passed_over.size() >= 16 * k_evict_batch) {
+                    break;
+                }
+                continue;
+            }
             if (victim->small) {
                 small_victims.push_back(std::move(*victim));
                 if (small_victims.size() >= k_evict_batch) {
-                    small += evict_small(small_victims);
+                    small += evict_small(small_victims, small_failed);
                 }
                 continue;
             }
@@ -119,7 +159,10 @@ void DiskTier::evict_loop() {
                 logger().warn("cannot evict {}: {}", path, errno_text(errno));
             }
         }
-        small += evict_small(small_victims);
+        small += evict_small(small_victims, small_failed);
+        for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
+            m_index.put_back(*it); // the oldest last: the least recently used again
+        }
         compact_if_needed(false);
         stuck = size_bytes() > m_options.max_size;
         logger().debug("evicted {} files and {} small entries, {} bytes left", files, small,

@@ -165,10 +165,23 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
     const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - started;
     m_stats.daemon().small_store_writes.record(static_cast<std::uint64_t>(took.count()));
     if (!written) {
+        // The values these puts replace must not come back in their place
+        // (they may have been acknowledged from memory): files are gone
+        // already, small copies go now, and the index forgets both. A copy
+        // that cannot go (the filesystem is full) stays unindexed, a miss
+        // until a restart's scan finds it, as after a crash.
+        std::vector<SmallKeyRef> replaced;
         for (const PendingWrite* write : included) {
-            if (m_index.where(write->id) == false) {
-                m_index.erase(write->id); // its file is gone
+            if (m_index.where(write->id) == true) {
+                replaced.push_back({write->ns, write->id});
             }
+            m_index.erase(write->id);
+        }
+        if (!replaced.empty()) {
+            (void)m_small->erase(replaced);
+        }
+        if (written.error().no_space) {
+            note_space_short();
         }
         if (written.error().map_full) {
             m_small_map_full.store(true, std::memory_order_relaxed);
@@ -416,7 +429,7 @@ void DiskTier::migrate(const std::vector<std::pair<std::string, Hash128>>& files
     }
 }
 
-std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims) {
+std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims, bool& failed) {
     if (victims.empty() || !m_small) {
         victims.clear();
         return 0;
@@ -437,7 +450,17 @@ std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims) {
     }
     std::uint64_t evicted = 0;
     if (auto erased = m_small->erase(keys); !erased) {
-        logger().warn("cannot evict from {}: {}", m_small->path(), erased.error());
+        static LogThrottle throttle(1'000);
+        if (const auto left_out = throttle.take()) {
+            logger().warn("cannot evict from {}: {}{}", m_small->path(), erased.error(),
+                          left_out_note(*left_out));
+        }
+        // Still stored: indexed again, or they would hold their space
+        // unseen until a restart's scan.
+        for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
+            m_index.put_back(*it);
+        }
+        failed = true;
     } else {
         evicted = *erased;
         for (const SmallKeyRef& key : keys) {
@@ -470,7 +493,14 @@ void DiskTier::compact_if_needed(bool at_startup) {
     }
     const auto started = std::chrono::steady_clock::now();
     if (auto compacted = m_small->compact(); !compacted) {
-        logger().warn("cannot compact {}: {}", m_small->path(), compacted.error());
+        // Measured all the same: eviction must see what the file holds
+        // beyond its entries, or it never gets under max_size.
+        measure_overhead();
+        static LogThrottle throttle(60'000);
+        if (const auto left_out = throttle.take()) {
+            logger().warn("cannot compact {}: {}{}", m_small->path(), compacted.error(),
+                          left_out_note(*left_out));
+        }
         return;
     }
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -1,0 +1,178 @@
+"""The disk tier under filesystem faults: a full filesystem (a small tmpfs,
+mounted by the test: needs root, as tools/test runs), small.mdb truncated or
+deleted under the daemon, writes that fail. The daemon never dies, never
+answers a put's key with the value that put replaced, and recovers when
+space comes back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from integ_helpers import NativeClient, drain_disk_queue
+from pt2harness import STATUS, wait_for
+
+
+@pytest.fixture
+def tmpfs(tmp_root):
+    """mount(size) -> a fresh tmpfs of `size` under tmp_root; unmounted after."""
+    mounted = []
+
+    def mount(size: str, name: str = "fs") -> Path:
+        path = tmp_root / name
+        path.mkdir(mode=0o700)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=700", "tmpfs",
+                            str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, f"these tests mount a tmpfs (run as root): {r.stderr}"
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path) -> Path:
+    """Fills the filesystem holding `path` with one file; returns it."""
+    filler = path / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        for size in (1 << 16, 4096, 512):
+            try:
+                for _ in range(1 << 16):
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
+    return filler
+
+
+def test_start_on_a_full_filesystem_does_not_crash(make_daemon, tmpfs):
+    """LMDB's new lock file is sparse and written through a mapping: on a
+    full filesystem the daemon died of SIGBUS at start (a restart loop under
+    systemd). Its blocks are allocated first now: an open error instead."""
+    fs = tmpfs("4m")
+    filler = fill(fs)
+    d = make_daemon("--set", "memory.max_size=0", cache_dir=fs / "cache", start=False)
+    (fs / "cache").mkdir(mode=0o700)
+    d.start()
+    conn = NativeClient(d.socket)
+    assert conn.put("autotune", b"k", b"v" * 200) == STATUS["ok"]
+    assert d.proc.poll() is None
+    assert "small.mdb" in d.log()
+    filler.unlink()
+    # Space again: a new small entry is stored (in small.mdb or as a file).
+    assert conn.put("autotune", b"k2", b"w" * 200) == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert conn.get("autotune", b"k2") == (STATUS["ok"], b"w" * 200)
+    assert d.proc.poll() is None
+
+
+@pytest.mark.parametrize("size", [0, 4096])
+def test_small_mdb_truncated_to_less_than_its_metas(make_daemon, size):
+    """A transaction's begin reads the meta pages, outside the fault guard:
+    small.mdb truncated below two pages under the daemon killed it at the
+    next put or get (SIGBUS). Now the store is quarantined, as for deeper
+    truncations."""
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync")
+    conn = NativeClient(d.socket)
+    assert conn.put("pgo", b"a", b"first") == STATUS["ok"]
+    os.truncate(d.cache_dir / "small.mdb", size)
+    assert conn.put("pgo", b"b", b"second") in (STATUS["ok"], STATUS["storage_error"])
+    assert d.proc.poll() is None, d.log()
+    assert conn.get("pgo", b"a")[0] in (STATUS["miss"], STATUS["storage_error"])
+    assert "LMDB faulted" in d.log()
+    assert conn.stats()["daemon"]["small_store_recoveries"] >= 1
+    assert conn.put("pgo", b"c", b"third") == STATUS["ok"]
+    assert conn.get("pgo", b"c") == (STATUS["ok"], b"third")
+
+
+def test_quarantine_on_a_full_filesystem_then_space_again(make_daemon, tmpfs):
+    """A damaged small.mdb found while the filesystem is full: its
+    replacement could not be opened, and that crashed the daemon (SIGBUS in
+    the new lock file) or, without the crash, left small entries failing
+    ("is closed") until a restart. Now the put fails cleanly, and once
+    there is space the store opens again by itself."""
+    fs = tmpfs("4m")
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync",
+                    cache_dir=fs / "cache")
+    conn = NativeClient(d.socket)
+    small = {b"s%03d" % i: os.urandom(300) for i in range(40)}
+    for key, value in small.items():
+        assert conn.put("autotune", key, value) == STATUS["ok"]
+    os.truncate(d.cache_dir / "small.mdb", 2 * 4096)
+    filler = fill(fs)  # after the truncation, which frees space
+    assert conn.get("autotune", b"s007")[0] in (STATUS["miss"], STATUS["storage_error"])
+    assert d.proc.poll() is None, d.log()
+    assert conn.put("autotune", b"new", b"x" * 300) in (STATUS["ok"], STATUS["storage_error"])
+    assert d.proc.poll() is None, d.log()
+    filler.unlink()
+    # Reopened within about a second of the next attempt.
+    wait_for(lambda: conn.put("autotune", b"after", b"y" * 300) == STATUS["ok"], timeout=10,
+             what="small puts to succeed again")
+    assert conn.get("autotune", b"after") == (STATUS["ok"], b"y" * 300)
+    for key in list(small)[:5]:
+        status, got = conn.get("autotune", key)
+        assert status == STATUS["miss"] or got == small[key]
+    assert d.proc.poll() is None
+
+
+def test_a_failed_overwrite_never_brings_the_old_value_back(make_daemon, tmpfs):
+    """A put acknowledged from memory whose disk write then failed (a full
+    filesystem) left the value it replaced on disk, and a later get served
+    that older value. The key is a miss now."""
+    fs = tmpfs("8m")
+    d = make_daemon("--set", "memory.max_size=0", cache_dir=fs / "cache")
+    conn = NativeClient(d.socket)
+    old_big, old_small = os.urandom(1 << 20), os.urandom(300)
+    assert conn.put("pgo", b"big", old_big) == STATUS["ok"]
+    assert conn.put("autotune", b"small", old_small) == STATUS["ok"]
+    drain_disk_queue(conn)
+    filler = fill(fs)
+    new_big, new_small = os.urandom(1 << 20), os.urandom(300)
+    assert conn.put("pgo", b"big", new_big) == STATUS["ok"]  # acknowledged from memory
+    assert conn.put("autotune", b"small", new_small) == STATUS["ok"]
+    drain_disk_queue(conn)
+    assert conn.stats()["namespaces"]["pgo"]["disk"]["errors"] >= 1
+    assert conn.get("pgo", b"big") == (STATUS["miss"], b"")
+    assert conn.get("autotune", b"small") in ((STATUS["miss"], b""), (STATUS["ok"], new_small))
+    filler.unlink()
+    d.stop()
+    d.start()  # and after a restart's scan
+    conn = NativeClient(d.socket)
+    wait_for(lambda: conn.stats()["tiers"]["disk"]["scan_complete"], what="the startup scan")
+    assert conn.get("pgo", b"big") == (STATUS["miss"], b"")
+    assert d.proc.poll() is None
+
+
+def test_a_filesystem_full_below_max_size_makes_room(make_daemon, tmpfs):
+    """With disk.max_size above what the filesystem holds, the cache filled
+    it and every later put failed: nothing evicted, as the cache was under
+    its bound. A write that finds no space now evicts a tenth of the cache."""
+    fs = tmpfs("6m")
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.max_size=64MiB",
+                    cache_dir=fs / "cache")
+    conn = NativeClient(d.socket)
+    values = {}
+    for i in range(100):  # until a write fails: 6 MB of files at most
+        values[b"e%02d" % i] = os.urandom(100 << 10)
+        assert conn.put("fx-graph", b"e%02d" % i, values[b"e%02d" % i]) == STATUS["ok"]
+        drain_disk_queue(conn)
+        if conn.stats()["namespaces"]["fx-graph"]["disk"]["errors"] > 0:
+            break
+    assert i < 99
+    wait_for(lambda: conn.stats()["namespaces"]["fx-graph"]["disk"]["evictions"] > 0, timeout=30,
+             what="eviction on a full filesystem")
+    assert "is full below disk.max_size" in d.log()
+    fresh = os.urandom(100 << 10)
+
+    def stored() -> bool:
+        conn.put("fx-graph", b"fresh", fresh)
+        drain_disk_queue(conn)
+        return conn.get("fx-graph", b"fresh") == (STATUS["ok"], fresh)
+
+    wait_for(stored, timeout=30, what="a put to find room again")
+    for key, value in values.items():
+        status, got = conn.get("fx-graph", key)
+        assert status == STATUS["miss"] or got == value, key
+    assert d.proc.poll() is None
