@@ -114,7 +114,9 @@ private:
         }
         return out;
     }
-    void listen();
+    // Takes the socket's and the cache directory's locks (Fatal when held).
+    void lock_instance(bool inherited);
+    void listen(std::optional<int> inherited);
     awaitable<void> accept_loop();
     void refuse(Connection& connection, ConnectionRegistry::Admission why);
     void wait_for_signal();
@@ -146,7 +148,8 @@ private:
     std::atomic<unsigned> m_bundle_timeout_s{600};
     asio::steady_timer m_drain_timer;
     Watchdog m_watchdog;
-    std::unique_ptr<InstanceLock> m_lock;
+    std::unique_ptr<InstanceLock> m_lock;         // the socket's
+    std::unique_ptr<InstanceLock> m_cache_lock;   // the cache directory's
     std::unique_ptr<MetricsHttpServer> m_metrics; // metrics.listen, when set
     fs::path m_bound_path;                        // unlinked at exit when we created it
     std::uint64_t m_next_id = 0;
@@ -173,6 +176,11 @@ int Server::run() {
         log.warn("{}", fit_warning);
     }
     m_context.blocking = &m_blocking;
+    // Before the store touches the cache directory (its startup scan may
+    // compact small.mdb): a second daemon on the same socket or the same
+    // cache is refused here, with nothing of the first one's touched.
+    const std::optional<int> inherited = inherited_listener();
+    lock_instance(inherited.has_value());
     m_context.store = make_store(m_context.config, m_context.stats);
     set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
@@ -186,7 +194,7 @@ int Server::run() {
         m_metrics = std::make_unique<MetricsHttpServer>(m_context, *address);
         m_metrics->start();
     }
-    listen();
+    listen(inherited);
     asio::co_spawn(m_io, accept_loop(), asio::detached);
     wait_for_signal();
     arm_idle_timer();
@@ -214,21 +222,53 @@ int Server::run() {
     }
     m_metrics.reset();
     m_blocking.join();
+    // The queued writes go to disk first (DiskTier's destructor), then the
+    // socket and the locks: a daemon started meanwhile is refused until
+    // they are written, rather than reading the cache beside them.
+    m_context.store.reset();
     if (!m_bound_path.empty()) {
         ::unlink(m_bound_path.c_str());
+    }
+    m_cache_lock.reset();
+    m_lock.reset();
+    if (const auto abandoned = m_context.stats.daemon().writes_abandoned.load()) {
+        log.error("stopped: {} acknowledged puts were not written to disk", abandoned);
+        return 1;
     }
     log.info("stopped");
     return 0;
 }
 
-void Server::listen() {
+void Server::lock_instance(bool inherited) {
     const fs::path socket_path = m_context.config.socket_path; // absolute
-    std::optional<int> fd = inherited_listener();
+    // A socket passed by systemd is locked too, so that a daemon started by
+    // hand cannot replace it; its directory is systemd's to check.
+    if (!inherited) {
+        prepare_socket_directory(socket_path.parent_path());
+    }
+    m_lock = std::make_unique<InstanceLock>(
+        fs::path(socket_path).concat(".lock"),
+        fmt::format("pt2cached is already running on {}", socket_path.string()), inherited);
+    if (m_context.config.disk_max_size > 0) {
+        const fs::path root = m_context.config.cache_dir;
+        std::error_code ec;
+        fs::create_directories(root, ec);
+        if (ec) {
+            throw Fatal(
+                fmt::format("cannot create cache directory {}: {}", root.string(), ec.message()));
+        }
+        m_cache_lock = std::make_unique<InstanceLock>(
+            root / "pt2cached.lock",
+            fmt::format("cache directory {} is in use by another pt2cached", root.string()));
+    }
+}
+
+void Server::listen(std::optional<int> inherited) {
+    const fs::path socket_path = m_context.config.socket_path; // absolute
+    std::optional<int> fd = inherited;
     if (fd) {
         logger("daemon").info("using the socket passed by systemd");
     } else {
-        prepare_socket_directory(socket_path.parent_path());
-        m_lock = std::make_unique<InstanceLock>(socket_path);
         fd = bind_listener(socket_path);
         m_bound_path = socket_path;
     }

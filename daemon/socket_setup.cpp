@@ -25,10 +25,12 @@ std::string errno_text() {
 
 } // namespace
 
-InstanceLock::InstanceLock(const fs::path& socket_path) {
-    const auto lock_path = fs::path(socket_path).concat(".lock");
-    m_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+InstanceLock::InstanceLock(const fs::path& lock_path, const std::string& held, bool optional) {
+    m_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
     if (m_fd < 0) {
+        if (optional) {
+            return;
+        }
         throw Fatal(fmt::format("cannot open lock file {}: {}", lock_path.string(), errno_text()));
     }
     if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -37,11 +39,13 @@ InstanceLock::InstanceLock(const fs::path& socket_path) {
         const std::string who = n > 0 ? fmt::format(" (pid {})", std::string(pid, n)) : "";
         ::close(m_fd);
         m_fd = -1;
-        throw Fatal(fmt::format("pt2cached is already running on {}{}", socket_path.string(), who));
+        throw Fatal(held + who);
     }
+    // The pid is for the message of a refused start: a full filesystem that
+    // cannot take it leaves the lock held all the same.
     const auto pid = std::to_string(::getpid());
-    if (::ftruncate(m_fd, 0) != 0 || ::pwrite(m_fd, pid.data(), pid.size(), 0) < 0) {
-        throw Fatal(fmt::format("cannot write lock file {}: {}", lock_path.string(), errno_text()));
+    if (::ftruncate(m_fd, 0) == 0) {
+        (void)!::pwrite(m_fd, pid.data(), pid.size(), 0);
     }
 }
 
@@ -160,8 +164,18 @@ unsigned fit_connection_limit(unsigned wanted, std::string& warning) {
     if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted + k_reserve) {
         return wanted;
     }
-    const auto fits = static_cast<unsigned>(
-        limit.rlim_cur > 2 * k_reserve ? limit.rlim_cur - k_reserve : limit.rlim_cur / 2);
+    // What the daemon itself holds open (listener, locks, small.mdb, log,
+    // eventfds, a file per writer): below twice that, disk writes would fail
+    // for want of a descriptor while puts are acknowledged.
+    constexpr rlim_t k_own = 16;
+    if (limit.rlim_cur < 2 * k_own) {
+        throw Fatal(fmt::format("the descriptor limit ({}, ulimit -n) is too low: pt2cached needs "
+                                "at least {}",
+                                limit.rlim_cur, 2 * k_own));
+    }
+    const auto fits = static_cast<unsigned>(limit.rlim_cur > 2 * k_reserve
+                                                ? limit.rlim_cur - k_reserve
+                                                : (limit.rlim_cur - k_own) / 2);
     warning = fmt::format("daemon.max_connections = {} does not fit the descriptor limit ({}): "
                           "serving at most {} connections",
                           wanted, limit.rlim_cur, fits);

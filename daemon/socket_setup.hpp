@@ -26,8 +26,13 @@ private:
 // A held lock that proves this process is the one daemon for a socket path.
 class InstanceLock {
 public:
-    // Throws Fatal naming the running daemon's pid when the lock is taken.
-    explicit InstanceLock(const std::filesystem::path& socket_path);
+    // Takes an exclusive flock on `lock_path` (created 0600, never through
+    // a symbolic link) and writes this process's pid into it. Throws Fatal
+    // with `held`, and the holder's pid, when another process holds it; a
+    // lock file that cannot be opened throws too, unless `optional` (the
+    // object then holds nothing).
+    InstanceLock(const std::filesystem::path& lock_path, const std::string& held,
+                 bool optional = false);
     ~InstanceLock();
     InstanceLock(const InstanceLock&) = delete;
     InstanceLock& operator=(const InstanceLock&) = delete;

@@ -136,6 +136,9 @@ struct DaemonCounters {
     std::atomic<std::uint64_t> small_store_recoveries{0};
     // Entries of quarantined small.mdb files put back into the fresh store.
     std::atomic<std::uint64_t> small_store_salvaged{0};
+    // Queued disk writes given up at shutdown (DiskWriteQueue::shutdown):
+    // the daemon then exits with status 1. Not exported: the process ends.
+    std::atomic<std::uint64_t> writes_abandoned{0};
     // How long each transaction writing put entries into small.mdb took (its
     // puts and its commit, whose fdatasync is most of it): a slow disk shows
     // here before it shows as an old write queue.

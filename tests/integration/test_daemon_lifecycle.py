@@ -97,6 +97,79 @@ def test_second_daemon_on_same_socket_fails(make_daemon, tmp_root):
     assert first.cli("ping").returncode == OK
 
 
+def test_second_daemon_touches_nothing_of_the_first(make_daemon):
+    """A second daemon, refused for the socket or for the cache directory,
+    opened the cache before it checked its lock: its startup compaction
+    replaced the first daemon's small.mdb, whose later writes all went into
+    the unlinked file (lost at the first restart). Both locks come first
+    now, and a cache directory serves one daemon, whatever its socket."""
+    first = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync", sub="one")
+    conn = NativeClient(first.socket)
+    # Free pages over a quarter of the file: what a start compacts.
+    for i in range(400):
+        assert conn.put("autotune", b"k%03d" % i, os.urandom(2000)) == 0
+    assert first.cli("clear", "autotune", "--yes").returncode == OK
+    small = first.cache_dir / "small.mdb"
+    inode = small.stat().st_ino
+    for same in ("socket", "cache"):
+        second = make_daemon(start=False, sub=f"two-{same}",
+                             cache_dir=first.cache_dir if same == "cache" else None)
+        if same == "socket":
+            second.socket = first.socket
+            second.cache_dir = first.cache_dir
+        second.start(wait=False)
+        assert second.proc.wait(15) != 0
+        log = second.log()
+        holder = f"(pid {first.proc.pid})"
+        if same == "socket":
+            assert f"already running on {first.socket} {holder}" in log, log
+        else:
+            assert f"cache directory {first.cache_dir} is in use by another pt2cached {holder}" \
+                in log, log
+        assert "compacted" not in log and "disk cache scan" not in log, log
+        assert small.stat().st_ino == inode
+    assert conn.put("autotune", b"after", b"kept") == 0
+    assert first.stop() == 0
+    first.start()
+    conn = NativeClient(first.socket)
+    assert conn.get("autotune", b"after") == (0, b"kept")
+
+
+def test_the_locks_are_held_until_the_queue_is_written(make_daemon):
+    """The socket and its lock went away before the write queue was
+    written: a daemon started meanwhile served the cache beside the late
+    writes (an older value could land after a newer one). Now a start is
+    refused until the first daemon has written its queue and exited."""
+    first = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_queue_size=256MiB")
+    # 120 MB of 40 KB files, acknowledged from memory: a queue to write.
+    subprocess.run(["redis-benchmark", "-s", str(first.socket), "-t", "set", "-n", "3000", "-d",
+                    "40000", "-r", "100000000", "-P", "32", "-c", "4", "-q"], check=True,
+                   capture_output=True, timeout=120)
+    queued = NativeClient(first.socket).stats()["tiers"]["disk"]
+    first.proc.send_signal(signal.SIGTERM)
+    refused = 0
+    for _ in range(400):
+        if first.proc.poll() is not None:
+            break
+        second = subprocess.Popen([PT2CACHED, "--socket", str(first.socket), "--cache-dir",
+                                   str(first.cache_dir)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+        try:
+            rc = second.wait(1)
+        except subprocess.TimeoutExpired:
+            rc = None
+        alive = first.proc.poll() is None
+        if rc is None:
+            second.kill()
+            second.wait()
+        assert rc is not None or not alive, f"a second daemon ran beside the first ({queued})"
+        refused += rc is not None and rc != 0
+    assert first.proc.wait(90) == 0
+    assert refused >= 1, queued
+    log = first.log()
+    assert log.rindex("stopped") > log.rindex("disk"), log[-2000:]
+
+
 def test_stale_socket_after_kill_9_is_taken_over(make_daemon):
     d = make_daemon()
     assert d.cli("put", "pgo", "k", input=b"before the crash").returncode == OK
@@ -232,6 +305,17 @@ def test_socket_activation(tmp_root):
         text = log_path.read_text()
         assert "using the socket passed by systemd" in text, text
         assert f"ready on {sock}" in text
+        # A daemon started by hand on the same socket (another cache) is
+        # refused: it unlinked the activated daemon's socket and took over.
+        manual = subprocess.run([PT2CACHED, "--socket", str(sock), "--cache-dir",
+                                 str(tmp_root / "other-cache")], capture_output=True, env=env,
+                                timeout=30)
+        assert manual.returncode != 0
+        assert f"pt2cached is already running on {sock}" in err(manual), err(manual)
+        assert sock.exists()
+        r = subprocess.run([PT2CACHE_CLI, "--socket", str(sock), "get", "pgo", "k"],
+                           capture_output=True, timeout=30)
+        assert (r.returncode, r.stdout) == (OK, b"activated")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
     finally:
@@ -315,3 +399,21 @@ def test_refuses_peer_with_other_uid(throwaway_user):
             proc.wait()
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(log_path.parent, ignore_errors=True)
+
+
+def test_a_descriptor_limit_too_low_is_refused(tmp_root):
+    """Under `ulimit -n 16` the daemon served 8 connections and acknowledged
+    puts whose disk writes all failed (no descriptor left for the file)."""
+    import resource
+
+    def limit(n):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    root = tmp_root / "d"
+    root.mkdir(mode=0o700)
+    r = subprocess.run([PT2CACHED, "--socket", str(root / "s"), "--cache-dir", str(root / "c")],
+                       preexec_fn=limit(16), capture_output=True, timeout=30)
+    assert r.returncode != 0
+    assert "the descriptor limit (16, ulimit -n) is too low: pt2cached needs at least 32" \
+        in err(r), err(r)
+    assert not (root / "c").exists()

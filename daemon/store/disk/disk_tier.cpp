@@ -59,7 +59,11 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
 
 DiskTier::~DiskTier() {
     // Queued writes go first: they need the index and may wake the evictor.
-    m_writer.reset();
+    if (m_writer) {
+        m_stats.daemon().writes_abandoned.fetch_add(m_writer->shutdown(),
+                                                    std::memory_order_relaxed);
+        m_writer.reset();
+    }
     {
         std::lock_guard lock(m_mutex);
         m_stop = true;

@@ -3,6 +3,7 @@
 // beside them): the startup scan, LIST, SCAN and CLEAR.
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <csignal>
 #include <fcntl.h>
 #include <optional>
@@ -179,13 +180,18 @@ private:
     bool m_small_done = false;
 };
 
+// When this process started: a temporary file of its pid older than that
+// was left by an earlier daemon of the same pid (pid 1 in a container).
+const std::time_t k_process_start = std::time(nullptr);
+
 // A temporary file is left over unless its writer may still be running.
-bool is_leftover_temp(long pid) {
+bool is_leftover_temp(const std::string& path, long pid) {
     if (pid <= 0) {
         return true;
     }
     if (pid == static_cast<long>(::getpid())) {
-        return false;
+        struct stat info {};
+        return ::lstat(path.c_str(), &info) == 0 && info.st_mtime < k_process_start - 1;
     }
     return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
@@ -223,7 +229,7 @@ void DiskTier::scan() {
                 const std::string path = fmt::format("{}/{}", shard_dir, file.name);
                 long pid = 0;
                 if (is_temp_name(file.name, pid)) {
-                    if (is_leftover_temp(pid) && ::unlink(path.c_str()) == 0) {
+                    if (is_leftover_temp(path, pid) && ::unlink(path.c_str()) == 0) {
                         ++temps_removed;
                     }
                     continue;

@@ -230,10 +230,11 @@ bool DiskWriteQueue::flush_until(Clock::time_point deadline) {
     return flushed;
 }
 
-void DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
+std::size_t DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
     if (m_threads.empty()) {
-        return;
+        return 0;
     }
+    std::size_t abandoned = 0;
     set_paused(false);
     const auto started = Clock::now();
     const auto give_up = started + deadline;
@@ -242,8 +243,9 @@ void DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
         const auto waited =
             std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started);
         if (Clock::now() >= give_up) {
+            abandoned = size();
             logger().error("gave up after {} s: {} queued disk writes ({} bytes) abandoned",
-                           waited.count(), size(), bytes());
+                           waited.count(), abandoned, bytes());
             break;
         }
         logger().info("still writing {} queued disk entries ({} bytes) after {} s", size(), bytes(),
@@ -259,6 +261,7 @@ void DiskWriteQueue::shutdown(std::chrono::seconds deadline) {
         thread.join();
     }
     m_threads.clear();
+    return abandoned;
 }
 
 void DiskWriteQueue::set_paused(bool paused) {

@@ -128,7 +128,8 @@ public:
     // Writes everything queued (logging progress every few seconds) for at
     // most `deadline`, then stops and joins the writer threads; what is still
     // queued then is logged and abandoned. Resumes a paused queue first.
-    void shutdown(std::chrono::seconds deadline = k_shutdown_deadline);
+    // How many writes it abandoned (0 when it had run already).
+    std::size_t shutdown(std::chrono::seconds deadline = k_shutdown_deadline);
 
     // For tests: while paused, the writer threads take no new writes.
     void set_paused(bool paused);
