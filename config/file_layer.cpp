@@ -85,10 +85,20 @@ tl::expected<Value, std::string> convert(const Setting& setting, const toml::nod
         }
         return got("expected a size like 10GiB or an integer number of bytes");
     case Kind::string:
+    case Kind::choice:
+        // A choice whose words include true and false (remote.cluster)
+        // takes TOML's booleans too: `cluster = true` as the docs write it.
+        if (auto flag = node.as_boolean()) {
+            const std::string_view word = flag->get() ? "true" : "false";
+            if (std::find(setting.choices.begin(), setting.choices.end(), word) !=
+                setting.choices.end()) {
+                return check_value(setting, std::string(word), describe(node));
+            }
+        }
+        [[fallthrough]];
     case Kind::nonempty:
     case Kind::log_level:
     case Kind::redis_url:
-    case Kind::choice:
     case Kind::listen_address:
         if (auto text = node.as_string()) {
             return check_value(setting, text->get(), describe(node));

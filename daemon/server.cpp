@@ -408,6 +408,7 @@ void Server::apply_reload(const tl::expected<config::Loaded, config::ConfigError
         {fresh.write_behind_queue_bytes != old.write_behind_queue_bytes,
          "remote.write_behind_queue_bytes"},
         {fresh.remote_max_value_size != old.remote_max_value_size, "remote.max_value_size"},
+        {fresh.redis_expire_s != old.redis_expire_s, "remote.expire_s"},
         {fresh.remote_cluster != old.remote_cluster ||
              fresh.remote_cluster_nodes != old.remote_cluster_nodes ||
              fresh.remote_read_from_replicas != old.remote_read_from_replicas,

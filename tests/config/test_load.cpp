@@ -221,6 +221,20 @@ TEST_CASE("an empty file changes nothing", "[config][load][file]") {
     check_origin(*loaded, "disk.max_size", Source::default_value, "");
 }
 
+TEST_CASE("remote.cluster takes TOML's booleans, as the docs write it", "[config][load][file]") {
+    ConfigFixture fixture;
+    for (const auto& [text, expected] : {std::pair{"true", "true"}, std::pair{"false", "false"},
+                                         std::pair{"\"TRUE\"", "true"},
+                                         std::pair{"\"auto\"", "auto"}}) {
+        auto loaded = fixture.load(fmt::format("[remote]\ncluster = {}\n", text));
+        REQUIRE(loaded);
+        CHECK(loaded->config.remote_cluster == expected);
+    }
+    CHECK_FALSE(fixture.load("[remote]\ncluster = 1\n"));
+    // Only a choice that has the words: a log level is no boolean.
+    CHECK_FALSE(fixture.load("[daemon]\nlog_level = true\n"));
+}
+
 TEST_CASE("the default config file location", "[config][load][file]") {
     ConfigFixture fixture;
     SECTION("$HOME/.config/pt2cache/pt2cached.toml") {
