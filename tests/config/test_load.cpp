@@ -223,9 +223,9 @@ TEST_CASE("an empty file changes nothing", "[config][load][file]") {
 
 TEST_CASE("remote.cluster takes TOML's booleans, as the docs write it", "[config][load][file]") {
     ConfigFixture fixture;
-    for (const auto& [text, expected] : {std::pair{"true", "true"}, std::pair{"false", "false"},
-                                         std::pair{"\"TRUE\"", "true"},
-                                         std::pair{"\"auto\"", "auto"}}) {
+    for (const auto& [text, expected] :
+         {std::pair{"true", "true"}, std::pair{"false", "false"}, std::pair{"\"TRUE\"", "true"},
+          std::pair{"\"auto\"", "auto"}}) {
         auto loaded = fixture.load(fmt::format("[remote]\ncluster = {}\n", text));
         REQUIRE(loaded);
         CHECK(loaded->config.remote_cluster == expected);
