@@ -176,3 +176,43 @@ def test_a_filesystem_full_below_max_size_makes_room(make_daemon, tmpfs):
         status, got = conn.get("fx-graph", key)
         assert status == STATUS["miss"] or got == value, key
     assert d.proc.poll() is None
+
+
+def test_an_address_space_limit_shrinks_the_map(tmp_root):
+    """Under `ulimit -v` below twice disk.max_size, small.mdb's map did not
+    fit and small entries went to files beside it: those in small.mdb were
+    misses, and one removed meanwhile came back after the next start. The
+    map is halved until it fits now."""
+    import resource
+    import signal
+    root = tmp_root / "d"
+    root.mkdir(mode=0o700)
+    cmd = [os.environ.get("PT2CACHED", "pt2cached"), "--socket", str(root / "s"), "--cache-dir",
+           str(root / "c"), "--set", "memory.max_size=0", "--log-level", "info"]
+    log = root / "log"
+
+    def start(limit=None):
+        def preexec():
+            if limit:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        wait_for(lambda: (root / "s").exists() or proc.poll() is not None, what="pt2cached")
+        assert proc.poll() is None, log.read_text()
+        return proc
+
+    proc = start()
+    conn = NativeClient(root / "s")
+    assert conn.put("autotune", b"k", b"v" * 200) == STATUS["ok"]
+    drain_disk_queue(conn)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    proc = start(limit=4 << 30)  # the default map is 20 GiB
+    try:
+        conn = NativeClient(root / "s")
+        assert conn.get("autotune", b"k") == (STATUS["ok"], b"v" * 200)
+        assert "does not fit the address space" in log.read_text()
+        assert "stored as files" not in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)

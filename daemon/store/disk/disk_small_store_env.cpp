@@ -31,6 +31,9 @@ namespace {
 // bound on one write transaction's dirty pages (MDB_IDL_UM_MAX: 131,072).
 constexpr std::size_t k_copy_batch_bytes = std::size_t{16} << 20U;
 
+// The smallest map open_env tries when a larger one does not fit.
+constexpr std::uint64_t k_min_map_size = std::uint64_t{64} << 20U;
+
 // LMDB creates its lock file with ftruncate, which leaves it sparse, and
 // writes it through a shared mapping: on a full filesystem the first write
 // to a page without a block is a SIGBUS. The file's blocks are allocated
@@ -207,6 +210,17 @@ tl::expected<void, std::string> SmallStore::open_env(bool& refused) {
         keep_abandoned(env.release()); // interrupted inside LMDB: never closed
         return tl::make_unexpected(
             fmt::format("cannot open {}: LMDB faulted writing its lock file", m_path));
+    }
+    if (rc == ENOMEM && m_map_size.load() / 2 >= k_min_map_size) {
+        // The map does not fit the address space (ulimit -v): a smaller one
+        // holds fewer entries (a full map evicts) rather than none, which
+        // would put small entries in files beside the store's.
+        const std::uint64_t smaller = m_map_size.load() / 2;
+        logger().warn("{}: a map of {} bytes does not fit the address space: trying {}", m_path,
+                      m_map_size.load(), smaller);
+        m_map_size.store(smaller);
+        env.reset();
+        return open_env(refused);
     }
     if (rc != 0) {
         refused = is_refusal(rc);
