@@ -216,3 +216,25 @@ def test_an_address_space_limit_shrinks_the_map(tmp_root):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_small_mdb_removed_under_the_daemon_is_replaced(make_daemon):
+    """small.mdb deleted (with the whole cache directory) while the daemon
+    ran: acknowledged sync puts went on into the unlinked file, all lost at
+    the next start. The store is replaced within about a second now, and
+    later puts land in the new file."""
+    import shutil
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.write_mode=sync")
+    conn = NativeClient(d.socket)
+    assert conn.put("autotune", b"before", b"b" * 200) == STATUS["ok"]
+    shutil.rmtree(d.cache_dir)
+    wait_for(lambda: "removed or replaced under the daemon" in d.log(), timeout=10,
+             what="the deleted store to be noticed")
+    wait_for(lambda: conn.put("autotune", b"after", b"a" * 200) == STATUS["ok"], timeout=10,
+             what="a put to succeed again")
+    assert (d.cache_dir / "small.mdb").exists()
+    assert d.stop() == 0
+    d.start()
+    conn = NativeClient(d.socket)
+    assert conn.get("autotune", b"after") == (STATUS["ok"], b"a" * 200)
+    assert conn.get("autotune", b"before") == (STATUS["miss"], b"")

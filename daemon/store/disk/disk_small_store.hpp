@@ -151,6 +151,10 @@ public:
     // may touch them (LMDB does not check them: a delete from a damaged leaf
     // overflowed LMDB's page buffer under ASan).
     void set_aside(std::uint64_t generation, std::string_view why);
+    // Replaces the store as set_aside does when its file was removed or
+    // replaced under the daemon (the cache directory deleted, say): its
+    // writes would go on into an unlinked file, lost at the next start.
+    void set_aside_if_detached();
     // Runs once in compact()'s copy, after its first entry, inside the
     // guarded read of the store: a test changes the file there, as another
     // process could. Set before use.

@@ -127,6 +127,25 @@ void SmallStore::set_aside(std::uint64_t generation, std::string_view why) {
     quarantine(generation, false, why);
 }
 
+void SmallStore::set_aside_if_detached() {
+    std::uint64_t generation = 0;
+    {
+        std::shared_lock lock(m_env_mutex);
+        int fd = -1;
+        struct stat opened {};
+        if (!m_env || mdb_env_get_fd(m_env->env, &fd) != 0 || ::fstat(fd, &opened) != 0) {
+            return;
+        }
+        struct stat named {};
+        if (::stat(m_path.c_str(), &named) == 0 && named.st_ino == opened.st_ino &&
+            named.st_dev == opened.st_dev) {
+            return;
+        }
+        generation = m_generation;
+    }
+    quarantine(generation, false, "the file was removed or replaced under the daemon");
+}
+
 void SmallStore::quarantine(std::uint64_t generation, bool faulted, std::string_view why) {
     QuarantinedStore quarantined{m_path + ".broken", 0, 0};
     {
@@ -166,6 +185,11 @@ void SmallStore::reopen_if_closed() {
         return;
     }
     m_next_reopen = now + k_reopen_interval;
+    // The cache directory itself may have been deleted under the daemon.
+    const auto slash = m_path.rfind('/');
+    if (slash != std::string::npos && slash > 0) {
+        ::mkdir(m_path.substr(0, slash).c_str(), 0700);
+    }
     bool refused = false;
     if (auto opened = open_env(refused); !opened) {
         logger().error("small-entry store {} is still closed: {}", m_path, opened.error());

@@ -98,6 +98,9 @@ void DiskTier::evict_loop() {
             m_wake.notify_all();
         }
         flush_touches();
+        if (m_small) {
+            m_small->set_aside_if_detached();
+        }
         // A full LMDB map: make room for a quarter of what it holds.
         std::uint64_t goal = target;
         if (m_small_map_full.exchange(false) && m_small) {

@@ -3,8 +3,8 @@
 // beside them): the startup scan, LIST, SCAN and CLEAR.
 #include <algorithm>
 #include <cerrno>
-#include <ctime>
 #include <csignal>
+#include <ctime>
 #include <fcntl.h>
 #include <optional>
 #include <sys/stat.h>
