@@ -238,3 +238,22 @@ def test_small_mdb_removed_under_the_daemon_is_replaced(make_daemon):
     conn = NativeClient(d.socket)
     assert conn.get("autotune", b"after") == (STATUS["ok"], b"a" * 200)
     assert conn.get("autotune", b"before") == (STATUS["miss"], b"")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_entry_larger_than_max_size_evicts_nothing(make_daemon, mode):
+    """A put of more than disk.max_size was written, then evicted with every
+    other entry of the tier: one such put emptied the cache."""
+    d = make_daemon("--set", "memory.max_size=0", "--set", "disk.max_size=1MiB", "--set",
+                    f"disk.write_mode={mode}")
+    conn = NativeClient(d.socket)
+    small = {b"s%02d" % i: os.urandom(200) for i in range(20)}
+    conn.put_many("autotune", small)
+    drain_disk_queue(conn)
+    status = conn.put("pgo", b"big", os.urandom(2 << 20))
+    assert status == STATUS["ok"] if mode == "async" else status != STATUS["ok"]
+    drain_disk_queue(conn)
+    assert conn.get("pgo", b"big") == (STATUS["miss"], b"")
+    for key, value in small.items():
+        assert conn.get("autotune", key) == (STATUS["ok"], value)
+    assert "does not fit disk.max_size" in d.log() or mode == "sync"

@@ -420,6 +420,16 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
         return removed;
     }
     const std::string final_path = m_layout.entry_path(ns, hex);
+    if (file_charge(encoded.size()) > m_options.max_size / 10 * 9) {
+        // It would evict every other entry and still not fit under the
+        // eviction target: not stored, and no older value left in its place.
+        if (::unlink(final_path.c_str()) == 0 || errno == ENOENT) {
+            m_index.erase(id);
+        }
+        return tl::make_unexpected(StoreError{
+            Failure::too_large, fmt::format("an entry of {} bytes does not fit disk.max_size ({})",
+                                            encoded.size(), m_options.max_size)});
+    }
     const std::string temp_path =
         fmt::format("{}/{}", m_layout.shard_dir(ns, hex),
                     temp_name(hex, static_cast<long>(::getpid()),
