@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,35 @@ def test_an_entry_larger_than_max_size_evicts_nothing(make_daemon, mode):
     for key, value in small.items():
         assert conn.get("autotune", key) == (STATUS["ok"], value)
     assert "does not fit disk.max_size" in d.log() or mode == "sync"
+
+
+def test_a_replaced_small_value_never_comes_back(make_daemon, tmpfs):
+    """On a full filesystem the put replacing a small entry failed, and so
+    did LMDB's delete of the old copy (deletes need pages too): the index
+    forgot the key, but small.mdb kept the old value, served again after a
+    clean restart (and at once, when the new value was a file). The copy is
+    deleted as soon as LMDB can now; a stop that cannot exits 1."""
+    fs = tmpfs("4m")
+    d = make_daemon("--set", "memory.max_size=0", cache_dir=fs / "cache")
+    conn = NativeClient(d.socket)
+    old = {b"k%02d" % i: b"A" * 900 for i in range(30)}
+    conn.put_many("pgo", old)
+    drain_disk_queue(conn)
+    filler = fill(fs)
+    new = {key: (os.urandom(40000) if i % 2 else os.urandom(900))
+           for i, key in enumerate(old)}  # files and small entries
+    for key, value in new.items():
+        assert conn.put("pgo", key, value) == STATUS["ok"]
+    drain_disk_queue(conn)
+    for key, value in new.items():
+        status, got = conn.get("pgo", key)
+        assert status == STATUS["miss"] or got == value, key
+    filler.unlink()
+    time.sleep(2.5)  # the evictor's passes retry the deletes
+    assert d.stop() == 0, d.log()[-2000:]
+    d.start()
+    conn = NativeClient(d.socket)
+    wait_for(lambda: conn.stats()["tiers"]["disk"]["scan_complete"], what="the startup scan")
+    for key, value in new.items():
+        status, got = conn.get("pgo", key)
+        assert status == STATUS["miss"] or got == value, (key, got[:8])

@@ -70,8 +70,11 @@ std::string temp_name(std::string_view name, long pid, std::uint64_t counter) {
     return fmt::format(".{}.{}.{}{}", name, pid, counter, k_temp_suffix);
 }
 
-bool is_temp_name(std::string_view name, long& pid) {
+bool is_temp_name(std::string_view name, long& pid, std::uint64_t* counter) {
     pid = 0;
+    if (counter != nullptr) {
+        *counter = 0;
+    }
     if (name.size() < 1 + k_temp_suffix.size() || name.front() != '.' ||
         !name.ends_with(k_temp_suffix)) {
         return false;
@@ -84,6 +87,10 @@ bool is_temp_name(std::string_view name, long& pid) {
     if (second != std::string_view::npos) {
         const std::string_view digits = inner.substr(first + 1, second - first - 1);
         std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+        if (counter != nullptr) {
+            const std::string_view rest = inner.substr(second + 1);
+            std::from_chars(rest.data(), rest.data() + rest.size(), *counter);
+        }
     }
     return true;
 }

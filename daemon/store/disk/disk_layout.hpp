@@ -29,7 +29,7 @@ std::string temp_name(std::string_view name, long pid, std::uint64_t counter);
 
 // True for names that look like `temp_name`; `pid` receives the writer's pid
 // (0 when it cannot be read).
-bool is_temp_name(std::string_view name, long& pid);
+bool is_temp_name(std::string_view name, long& pid, std::uint64_t* counter = nullptr);
 
 class DiskLayout {
 public:

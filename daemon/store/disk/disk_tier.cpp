@@ -5,6 +5,7 @@
 #include <array>
 #include <cerrno>
 #include <fcntl.h>
+#include <random>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
@@ -39,6 +40,10 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
     : m_layout(root)
     , m_options(options)
     , m_stats(stats) {
+    // Random: the startup scan tells this process's temporary files from
+    // an earlier daemon's of the same pid by their counter (is_own_temp).
+    m_temp_counter_start = std::random_device()() * (std::uint64_t{1} << 32U);
+    m_temp_counter.store(m_temp_counter_start, std::memory_order_relaxed);
     if (!enabled()) {
         m_scan_complete.store(true, std::memory_order_release);
         return;
@@ -60,6 +65,7 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
 DiskTier::~DiskTier() {
     // Queued writes go first: they need the index and may wake the evictor.
     if (m_writer) {
+        m_final_flush.store(true, std::memory_order_relaxed); // its failures are losses too
         m_stats.daemon().writes_abandoned.fetch_add(m_writer->shutdown(),
                                                     std::memory_order_relaxed);
         m_writer.reset();
@@ -77,6 +83,12 @@ DiskTier::~DiskTier() {
         m_evict_thread.join();
     }
     flush_touches();
+    if (const std::size_t left = retry_replaced(); left > 0) {
+        logger().error("{} replaced small entries could not be deleted from {}: a restart may "
+                       "serve them again",
+                       left, m_small->path());
+        m_stats.daemon().writes_abandoned.fetch_add(left, std::memory_order_relaxed);
+    }
 }
 
 std::uint64_t DiskTier::size_bytes() const {
@@ -417,6 +429,9 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
     // One entry, one store: the small copy goes first (a crash in between
     // loses the entry, never serves the old bytes).
     if (auto removed = remove_small_copy(ns, id); !removed) {
+        // The new value is not written while the old copy stays (the copy
+        // would outlive it): a miss now, the copy deleted when LMDB can.
+        forget_replaced(ns, id);
         return removed;
     }
     const std::string final_path = m_layout.entry_path(ns, hex);
@@ -500,6 +515,9 @@ void DiskTier::write_queued(std::span<const PendingWrite* const> batch) {
 
 void DiskTier::log_write_error(std::string_view ns, std::string_view key, const StoreError& error) {
     m_stats.tier(ns, TierId::disk).errors.fetch_add(1, std::memory_order_relaxed);
+    if (m_final_flush.load(std::memory_order_relaxed)) {
+        m_stats.daemon().writes_abandoned.fetch_add(1, std::memory_order_relaxed);
+    }
     // At most one line a second: a full disk fails every write.
     const UnixMs now = now_ms();
     UnixMs last = m_write_error_logged_ms.load(std::memory_order_relaxed);

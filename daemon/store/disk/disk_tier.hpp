@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/store/disk/disk_index.hpp"
@@ -211,6 +212,19 @@ private:
     void scan_small(std::vector<DiskIndex::ScannedFile>& scanned);
     // Moves entry files of at most small_entry_max bytes into the store.
     void migrate(const std::vector<std::pair<std::string, Hash128>>& files);
+    // A put of (ns, id) failed while the small-entry store may still hold
+    // the value it was replacing: that copy must never be served again. The
+    // index forgets the key now (caller holds its stripe), and the copy is
+    // deleted now or, when LMDB cannot (a full filesystem fails deletes
+    // too), by retry_replaced() on every evictor pass and at shutdown.
+    void forget_replaced(std::string_view ns, const Hash128& id);
+    // Deletes the copies forget_replaced() could not; how many are left.
+    std::size_t retry_replaced();
+    // Whether forget_replaced() still has the id (not deleted yet).
+    bool replaced_pending(const Hash128& id);
+    // Puts victims whose deletion failed back into the index, those still
+    // in small.mdb and not replaced meanwhile.
+    void put_back_stored(std::span<const DiskIndex::Victim> victims);
     // Deletes a batch of evicted small entries; the number deleted. When
     // the delete fails, the victims go back into the index (they are still
     // stored) and `failed` is set.
@@ -236,7 +250,14 @@ private:
     Stats& m_stats;
     DiskIndex m_index;
     SharedReads m_shared_reads; // large values read from files, still held
+    // Temporary file names' counter; starts at a random value, so that the
+    // startup scan tells this process's files from an earlier daemon's of
+    // the same pid (pid 1 in a container) without trusting clocks.
     std::atomic<std::uint64_t> m_temp_counter{0};
+    std::uint64_t m_temp_counter_start = 0;
+    std::atomic<bool> m_final_flush{false}; // the shutdown's flush of the write queue runs
+    std::mutex m_replaced_mutex;
+    std::unordered_map<Hash128, std::string, Hash128Low> m_replaced; // id -> ns
 
     std::mutex m_mutex; // guards the wake-ups below
     std::condition_variable m_wake;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // DiskTier's background thread: eviction under max_size (both stores, one
-// LRU), compaction of small.mdb, the flush of small entries' access times
-// and the salvage of a quarantined small-entry store.
+// LRU), compaction of small.mdb, the flush of small entries' access times,
+// the salvage of a quarantined small-entry store, and the deletion of small
+// copies that failed puts replaced.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -21,6 +22,8 @@ namespace pt2cache::daemon::store {
 namespace {
 
 constexpr std::size_t k_evict_batch = 256; // small entries deleted per LMDB transaction
+// LMDB's page (small.mdb's, as disk_tier_small.cpp charges it).
+constexpr std::uint64_t k_page = 4096;
 // The least time between two passes that make room on a full filesystem.
 constexpr std::chrono::seconds k_space_pass_interval{10};
 
@@ -100,6 +103,7 @@ void DiskTier::evict_loop() {
         flush_touches();
         if (m_small) {
             m_small->set_aside_if_detached();
+            retry_replaced();
         }
         // A full LMDB map: make room for a quarter of what it holds.
         std::uint64_t goal = target;
@@ -163,8 +167,8 @@ void DiskTier::evict_loop() {
             }
         }
         small += evict_small(small_victims, small_failed);
-        for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
-            m_index.put_back(*it); // the oldest last: the least recently used again
+        if (!passed_over.empty()) {
+            put_back_stored(passed_over);
         }
         compact_if_needed(false);
         stuck = size_bytes() > m_options.max_size;
@@ -172,6 +176,148 @@ void DiskTier::evict_loop() {
                        size_bytes());
         lock.lock();
     }
+}
+
+void DiskTier::forget_replaced(std::string_view ns, const Hash128& id) {
+    {
+        std::lock_guard lock(m_replaced_mutex);
+        m_replaced.insert_or_assign(id, std::string(ns));
+    }
+    m_index.erase(id); // after the insert: put_back_stored() checks both
+    const SmallKeyRef keys[] = {{ns, id}};
+    if (auto erased = m_small->erase(keys); erased) {
+        std::lock_guard lock(m_replaced_mutex);
+        m_replaced.erase(id);
+    } else {
+        note_space_short(); // most likely: LMDB's delete needs pages too
+    }
+}
+
+std::size_t DiskTier::retry_replaced() {
+    std::vector<std::pair<Hash128, std::string>> pending;
+    {
+        std::lock_guard lock(m_replaced_mutex);
+        if (m_replaced.empty() || !m_small) {
+            return m_replaced.size();
+        }
+        pending.assign(m_replaced.begin(), m_replaced.end());
+    }
+    std::vector<Hash128> ids;
+    for (const auto& [id, ns] : pending) {
+        ids.push_back(id);
+    }
+    const auto locks = lock_stripes(ids);
+    std::vector<SmallKeyRef> keys;
+    {
+        // Under the stripes: one written since is no longer to delete.
+        std::lock_guard lock(m_replaced_mutex);
+        for (const auto& [id, ns] : pending) {
+            if (m_replaced.contains(id)) {
+                keys.push_back({ns, id});
+            }
+        }
+    }
+    if (auto erased = m_small->erase(keys); erased) {
+        std::lock_guard lock(m_replaced_mutex);
+        for (const SmallKeyRef& key : keys) {
+            m_replaced.erase(key.id);
+        }
+    }
+    std::lock_guard lock(m_replaced_mutex);
+    return m_replaced.size();
+}
+
+bool DiskTier::replaced_pending(const Hash128& id) {
+    std::lock_guard lock(m_replaced_mutex);
+    return m_replaced.contains(id);
+}
+
+void DiskTier::put_back_stored(std::span<const DiskIndex::Victim> victims) {
+    // The oldest last: the least recently used again.
+    for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
+        if (!replaced_pending(it->id) && m_small->contains(it->ns, it->id)) {
+            m_index.put_back(*it);
+        }
+    }
+}
+
+std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims, bool& failed) {
+    if (victims.empty() || !m_small) {
+        victims.clear();
+        return 0;
+    }
+    std::vector<Hash128> ids;
+    for (const auto& victim : victims) {
+        ids.push_back(victim.id);
+    }
+    const auto locks = lock_stripes(ids);
+    std::vector<SmallKeyRef> keys;
+    for (const auto& victim : victims) {
+        // Written again since it was chosen: no longer a victim.
+        if (!m_index.contains(victim.id)) {
+            keys.push_back({victim.ns, victim.id});
+            // A file left behind by an interrupted migration goes too.
+            ::unlink(m_layout.entry_path(victim.ns, victim.id.hex()).c_str());
+        }
+    }
+    std::uint64_t evicted = 0;
+    if (auto erased = m_small->erase(keys); !erased) {
+        static LogThrottle throttle(1'000);
+        if (const auto left_out = throttle.take()) {
+            logger().warn("cannot evict from {}: {}{}", m_small->path(), erased.error(),
+                          left_out_note(*left_out));
+        }
+        // Still stored: indexed again, or they would hold their space
+        // unseen until a restart's scan.
+        put_back_stored(victims);
+        failed = true;
+    } else {
+        evicted = *erased;
+        for (const SmallKeyRef& key : keys) {
+            m_stats.tier(key.ns, TierId::disk).evictions.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    victims.clear();
+    return evicted;
+}
+
+void DiskTier::compact_if_needed(bool at_startup) {
+    if (!m_small) {
+        return;
+    }
+    const std::uint64_t file = m_small->file_bytes();
+    const std::uint64_t used = m_small->used_bytes();
+    const bool needed =
+        at_startup ? file > (1ULL << 20) && (file - std::min(file, used)) * 4 > file
+                   : m_index.file_bytes() + file > m_options.max_size && file > used + 4 * k_page;
+    const auto measure_overhead = [this] {
+        const std::uint64_t size = m_small->file_bytes();
+        const std::uint64_t charged = m_index.small_bytes();
+        m_small_overhead.store(size > charged ? size - charged : 0, std::memory_order_relaxed);
+    };
+    if (!needed) {
+        if (!at_startup && m_index.file_bytes() + file > m_options.max_size) {
+            measure_overhead(); // tight already: the estimate is short
+        }
+        return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    if (auto compacted = m_small->compact(); !compacted) {
+        // Measured all the same: eviction must see what the file holds
+        // beyond its entries, or it never gets under max_size.
+        measure_overhead();
+        static LogThrottle throttle(60'000);
+        if (const auto left_out = throttle.take()) {
+            logger().warn("cannot compact {}: {}{}", m_small->path(), compacted.error(),
+                          left_out_note(*left_out));
+        }
+        return;
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    measure_overhead();
+    logger().info("compacted {}: {} -> {} bytes in {} ms", m_small->path(), file,
+                  m_small->file_bytes(), took.count());
 }
 
 } // namespace pt2cache::daemon::store

@@ -170,15 +170,14 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
         // already, small copies go now, and the index forgets both. A copy
         // that cannot go (the filesystem is full) stays unindexed, a miss
         // until a restart's scan finds it, as after a crash.
-        std::vector<SmallKeyRef> replaced;
+        // Asked of small.mdb, not of the index: an entry the evictor has
+        // popped, or the startup scan not indexed yet, is there too.
         for (const PendingWrite* write : included) {
-            if (m_index.where(write->id) == true) {
-                replaced.push_back({write->ns, write->id});
+            if (m_small->contains(write->ns, write->id)) {
+                forget_replaced(write->ns, write->id);
+            } else {
+                m_index.erase(write->id);
             }
-            m_index.erase(write->id);
-        }
-        if (!replaced.empty()) {
-            (void)m_small->erase(replaced);
         }
         if (written.error().no_space) {
             note_space_short();
@@ -196,6 +195,12 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
             log_write_error(write->ns, write->key, error);
         }
         return {};
+    }
+    {
+        std::lock_guard lock(m_replaced_mutex);
+        for (const PendingWrite* write : included) {
+            m_replaced.erase(write->id); // what small.mdb holds now is the new value
+        }
     }
     for (const PendingWrite* write : included) {
         m_index.record(write->ns, write->id, small_charge(write->encoded_size), true);
@@ -427,87 +432,6 @@ void DiskTier::migrate(const std::vector<std::pair<std::string, Hash128>>& files
     if (moved > 0) {
         logger().info("moved {} small entry files into {}", moved, m_small->path());
     }
-}
-
-std::uint64_t DiskTier::evict_small(std::vector<DiskIndex::Victim>& victims, bool& failed) {
-    if (victims.empty() || !m_small) {
-        victims.clear();
-        return 0;
-    }
-    std::vector<Hash128> ids;
-    for (const auto& victim : victims) {
-        ids.push_back(victim.id);
-    }
-    const auto locks = lock_stripes(ids);
-    std::vector<SmallKeyRef> keys;
-    for (const auto& victim : victims) {
-        // Written again since it was chosen: no longer a victim.
-        if (!m_index.contains(victim.id)) {
-            keys.push_back({victim.ns, victim.id});
-            // A file left behind by an interrupted migration goes too.
-            ::unlink(m_layout.entry_path(victim.ns, victim.id.hex()).c_str());
-        }
-    }
-    std::uint64_t evicted = 0;
-    if (auto erased = m_small->erase(keys); !erased) {
-        static LogThrottle throttle(1'000);
-        if (const auto left_out = throttle.take()) {
-            logger().warn("cannot evict from {}: {}{}", m_small->path(), erased.error(),
-                          left_out_note(*left_out));
-        }
-        // Still stored: indexed again, or they would hold their space
-        // unseen until a restart's scan.
-        for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
-            m_index.put_back(*it);
-        }
-        failed = true;
-    } else {
-        evicted = *erased;
-        for (const SmallKeyRef& key : keys) {
-            m_stats.tier(key.ns, TierId::disk).evictions.fetch_add(1, std::memory_order_relaxed);
-        }
-    }
-    victims.clear();
-    return evicted;
-}
-
-void DiskTier::compact_if_needed(bool at_startup) {
-    if (!m_small) {
-        return;
-    }
-    const std::uint64_t file = m_small->file_bytes();
-    const std::uint64_t used = m_small->used_bytes();
-    const bool needed =
-        at_startup ? file > (1ULL << 20) && (file - std::min(file, used)) * 4 > file
-                   : m_index.file_bytes() + file > m_options.max_size && file > used + 4 * k_page;
-    const auto measure_overhead = [this] {
-        const std::uint64_t size = m_small->file_bytes();
-        const std::uint64_t charged = m_index.small_bytes();
-        m_small_overhead.store(size > charged ? size - charged : 0, std::memory_order_relaxed);
-    };
-    if (!needed) {
-        if (!at_startup && m_index.file_bytes() + file > m_options.max_size) {
-            measure_overhead(); // tight already: the estimate is short
-        }
-        return;
-    }
-    const auto started = std::chrono::steady_clock::now();
-    if (auto compacted = m_small->compact(); !compacted) {
-        // Measured all the same: eviction must see what the file holds
-        // beyond its entries, or it never gets under max_size.
-        measure_overhead();
-        static LogThrottle throttle(60'000);
-        if (const auto left_out = throttle.take()) {
-            logger().warn("cannot compact {}: {}{}", m_small->path(), compacted.error(),
-                          left_out_note(*left_out));
-        }
-        return;
-    }
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - started);
-    measure_overhead();
-    logger().info("compacted {}: {} -> {} bytes in {} ms", m_small->path(), file,
-                  m_small->file_bytes(), took.count());
 }
 
 void DiskTier::salvage_small(const QuarantinedStore& quarantined) {

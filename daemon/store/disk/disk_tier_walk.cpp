@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <ctime>
 #include <fcntl.h>
 #include <optional>
 #include <sys/stat.h>
@@ -180,18 +179,10 @@ private:
     bool m_small_done = false;
 };
 
-// When this process started: a temporary file of its pid older than that
-// was left by an earlier daemon of the same pid (pid 1 in a container).
-const std::time_t k_process_start = std::time(nullptr);
-
-// A temporary file is left over unless its writer may still be running.
-bool is_leftover_temp(const std::string& path, long pid) {
+// A temporary file of another pid is left over unless that process runs.
+bool is_leftover_temp(long pid) {
     if (pid <= 0) {
         return true;
-    }
-    if (pid == static_cast<long>(::getpid())) {
-        struct stat info {};
-        return ::lstat(path.c_str(), &info) == 0 && info.st_mtime < k_process_start - 1;
     }
     return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
@@ -228,8 +219,18 @@ void DiskTier::scan() {
                 }
                 const std::string path = fmt::format("{}/{}", shard_dir, file.name);
                 long pid = 0;
-                if (is_temp_name(file.name, pid)) {
-                    if (is_leftover_temp(path, pid) && ::unlink(path.c_str()) == 0) {
+                std::uint64_t counter = 0;
+                if (is_temp_name(file.name, pid, &counter)) {
+                    // One of this pid's is ours only if its counter is in
+                    // the range this process has used: else an earlier
+                    // daemon of the same pid (pid 1 in a container) left it.
+                    const bool ours =
+                        pid == static_cast<long>(::getpid()) &&
+                        counter >= m_temp_counter_start &&
+                        counter < m_temp_counter.load(std::memory_order_relaxed) + 1024;
+                    const bool leftover =
+                        pid == static_cast<long>(::getpid()) ? !ours : is_leftover_temp(pid);
+                    if (leftover && ::unlink(path.c_str()) == 0) {
                         ++temps_removed;
                     }
                     continue;
