@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from integ_helpers import NativeClient, drain_disk_queue
-from pt2harness import STATUS, wait_for
+from pt2harness import PT2CACHE_CLI, STATUS, wait_for
 
 
 @pytest.fixture
@@ -212,7 +212,7 @@ def test_an_address_space_limit_shrinks_the_map(tmp_root):
     try:
         conn = NativeClient(root / "s")
         assert conn.get("autotune", b"k") == (STATUS["ok"], b"v" * 200)
-        assert "does not fit the address space" in log.read_text()
+        assert "a quarter of the address space limit" in log.read_text()
         assert "stored as files" not in log.read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -290,3 +290,85 @@ def test_a_replaced_small_value_never_comes_back(make_daemon, tmpfs):
     for key, value in new.items():
         status, got = conn.get("pgo", key)
         assert status == STATUS["miss"] or got == value, (key, got[:8])
+
+
+# Holds a read transaction on small.mdb from another process: LMDB then
+# cannot reuse the pages that transaction sees, so on a full filesystem its
+# deletes fail too (they need new pages).
+PINNING_READER = r"""
+#include <lmdb.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+    MDB_env* env;
+    MDB_txn* txn;
+    (void)argc;
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 4) ||
+        mdb_env_open(env, argv[1], MDB_NOSUBDIR | MDB_RDONLY | MDB_NOTLS, 0600) ||
+        mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+        return 1;
+    }
+    printf("holding\n");
+    fflush(stdout);
+    char byte;
+    (void)!read(0, &byte, 1); /* until stdin closes */
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return 0;
+}
+"""
+
+
+def test_replaced_values_whose_delete_fails_are_never_served(make_daemon, tmpfs, tmp_root):
+    """Puts over small entries failed on a full filesystem, and so did the
+    deletes of the old copies. The index forgot the keys, but every read
+    that did not ask it (a store with a remote tier configured, export,
+    ls) served the old values, and a restart indexed them again. They are
+    misses everywhere now, and a stop that cannot delete them moves
+    small.mdb aside (exit 1)."""
+    reader_bin = tmp_root / "pin"
+    (tmp_root / "pin.c").write_text(PINNING_READER)
+    subprocess.run(["cc", "-O1", "-o", str(reader_bin), str(tmp_root / "pin.c"), "-llmdb"],
+                   check=True, capture_output=True, timeout=60)
+    fs = tmpfs("4m")
+    # A remote tier that is never reachable: reads then go through the
+    # store's general path, not the index's quick answer.
+    d = make_daemon("--set", "memory.max_size=0", "--set", "remote.pgo=true", "--set",
+                    "remote.unix_socket=/nonexistent/redis.sock", cache_dir=fs / "cache")
+    conn = NativeClient(d.socket)
+    old = {b"k%02d" % i: b"OLD%02d" % i * 150 for i in range(30)}
+    conn.put_many("pgo", old)
+    drain_disk_queue(conn)
+    pin = subprocess.Popen([str(reader_bin), str(d.cache_dir / "small.mdb")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert pin.stdout.readline() == b"holding\n"
+        filler = fill(fs)
+        new = {key: os.urandom(40000 if i % 2 else 900) for i, key in enumerate(old)}
+        for key, value in new.items():
+            assert conn.put("pgo", key, value) == STATUS["ok"]
+        drain_disk_queue(conn)
+
+        def never_old(label):
+            for key, value in new.items():
+                status, got = conn.get("pgo", key)
+                assert status == STATUS["miss"] or got == value, (label, key, got[:6])
+
+        never_old("full")
+        exported = subprocess.run([PT2CACHE_CLI, "--socket", str(d.socket), "export"],
+                                  capture_output=True, timeout=60)
+        assert exported.returncode == 0
+        assert b"OLD" not in subprocess.run(["zstd", "-dc"], input=exported.stdout[8:],
+                                            capture_output=True).stdout
+        listed = subprocess.run([PT2CACHE_CLI, "--socket", str(d.socket), "ls", "pgo"],
+                                capture_output=True, timeout=60)
+        assert listed.stdout.count(b"\n") <= sum(1 for v in new.values() if len(v) > 1000)
+    finally:
+        pin.stdin.close()
+        pin.wait(10)
+    assert d.stop() in (0, 1)
+    filler.unlink()
+    d.start()
+    conn = NativeClient(d.socket)
+    wait_for(lambda: conn.stats()["tiers"]["disk"]["scan_complete"], what="the startup scan")
+    never_old("after a restart")

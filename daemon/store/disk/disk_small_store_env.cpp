@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <lmdb.h>
 #include <mutex>
 #include <optional>
@@ -186,10 +187,8 @@ void SmallStore::reopen_if_closed() {
     }
     m_next_reopen = now + k_reopen_interval;
     // The cache directory itself may have been deleted under the daemon.
-    const auto slash = m_path.rfind('/');
-    if (slash != std::string::npos && slash > 0) {
-        ::mkdir(m_path.substr(0, slash).c_str(), 0700);
-    }
+    std::error_code ignored;
+    std::filesystem::create_directories(std::filesystem::path(m_path).parent_path(), ignored);
     bool refused = false;
     if (auto opened = open_env(refused); !opened) {
         logger().error("small-entry store {} is still closed: {}", m_path, opened.error());

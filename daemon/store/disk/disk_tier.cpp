@@ -84,9 +84,15 @@ DiskTier::~DiskTier() {
     }
     flush_touches();
     if (const std::size_t left = retry_replaced(); left > 0) {
-        logger().error("{} replaced small entries could not be deleted from {}: a restart may "
-                       "serve them again",
-                       left, m_small->path());
+        // They must not be served after a restart, and nothing can be
+        // written (a full filesystem): the store goes aside, which needs no
+        // space. Its other entries are lost with it, never served stale.
+        const std::string& path = m_small->path();
+        ::rename(path.c_str(), (path + ".broken").c_str());
+        ::unlink((path + "-lock").c_str());
+        logger().error("{} replaced small entries could not be deleted from {}: moved it to "
+                       "{}.broken (its entries are lost)",
+                       left, path, path);
         m_stats.daemon().writes_abandoned.fetch_add(left, std::memory_order_relaxed);
     }
 }
@@ -184,6 +190,9 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::load(std::string_view n
             }
             return queued->entry;
         }
+    }
+    if (replaced_pending(id)) {
+        return std::nullopt; // what small.mdb holds was replaced by a failed put
     }
     // The store the index names first, then the other: an entry that moves
     // between stores is removed from one before it is written to the other,
@@ -492,6 +501,7 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
             io_error(fmt::format("cannot write {}: {}", final_path, errno_text(error))));
     }
     m_index.record(ns, id, file_charge(encoded.size()));
+    clear_replaced(id); // its small copy went first (remove_small_copy)
     wake_evictor_if_needed();
     return {};
 }

@@ -220,8 +220,14 @@ private:
     void forget_replaced(std::string_view ns, const Hash128& id);
     // Deletes the copies forget_replaced() could not; how many are left.
     std::size_t retry_replaced();
-    // Whether forget_replaced() still has the id (not deleted yet).
+    // Whether forget_replaced() still has the id (not deleted yet): every
+    // read of small.mdb (load, exists, LIST, SCAN) treats it as absent.
     bool replaced_pending(const Hash128& id);
+    bool replaced_name(std::string_view entry_name); // an entry's hex name
+    // A write of the id succeeded: nothing of it is left to delete.
+    void clear_replaced(const Hash128& id);
+    // Whether a quarantined store waits for its salvage or is being salvaged.
+    bool salvage_pending();
     // Puts victims whose deletion failed back into the index, those still
     // in small.mdb and not replaced meanwhile.
     void put_back_stored(std::span<const DiskIndex::Victim> victims);
@@ -258,6 +264,7 @@ private:
     std::atomic<bool> m_final_flush{false}; // the shutdown's flush of the write queue runs
     std::mutex m_replaced_mutex;
     std::unordered_map<Hash128, std::string, Hash128Low> m_replaced; // id -> ns
+    std::atomic<std::size_t> m_replaced_count{0}; // m_replaced.size(), read without the lock
 
     std::mutex m_mutex; // guards the wake-ups below
     std::condition_variable m_wake;

@@ -182,13 +182,13 @@ void DiskTier::forget_replaced(std::string_view ns, const Hash128& id) {
     {
         std::lock_guard lock(m_replaced_mutex);
         m_replaced.insert_or_assign(id, std::string(ns));
+        m_replaced_count.store(m_replaced.size(), std::memory_order_release);
     }
     m_index.erase(id); // after the insert: put_back_stored() checks both
     const SmallKeyRef keys[] = {{ns, id}};
-    if (auto erased = m_small->erase(keys); erased) {
-        std::lock_guard lock(m_replaced_mutex);
-        m_replaced.erase(id);
-    } else {
+    if (auto erased = m_small->erase(keys); erased && !salvage_pending()) {
+        clear_replaced(id);
+    } else if (!erased) {
         note_space_short(); // most likely: LMDB's delete needs pages too
     }
 }
@@ -217,19 +217,48 @@ std::size_t DiskTier::retry_replaced() {
             }
         }
     }
-    if (auto erased = m_small->erase(keys); erased) {
+    // Kept while a quarantined store waits for its salvage (or is being
+    // salvaged): deleted from the fresh store, a copy would come back with
+    // the salvage, which skips what is still marked here.
+    if (auto erased = m_small->erase(keys); erased && !salvage_pending()) {
         std::lock_guard lock(m_replaced_mutex);
         for (const SmallKeyRef& key : keys) {
             m_replaced.erase(key.id);
         }
+        m_replaced_count.store(m_replaced.size(), std::memory_order_release);
     }
     std::lock_guard lock(m_replaced_mutex);
     return m_replaced.size();
 }
 
 bool DiskTier::replaced_pending(const Hash128& id) {
+    if (m_replaced_count.load(std::memory_order_acquire) == 0) {
+        return false; // the usual case: no lock
+    }
     std::lock_guard lock(m_replaced_mutex);
     return m_replaced.contains(id);
+}
+
+bool DiskTier::salvage_pending() {
+    std::lock_guard lock(m_mutex);
+    return m_salvage_job.has_value() || m_salvage_running;
+}
+
+bool DiskTier::replaced_name(std::string_view entry_name) {
+    if (m_replaced_count.load(std::memory_order_acquire) == 0) {
+        return false;
+    }
+    const auto id = parse_entry_name(entry_name);
+    return id && replaced_pending(*id);
+}
+
+void DiskTier::clear_replaced(const Hash128& id) {
+    if (m_replaced_count.load(std::memory_order_acquire) == 0) {
+        return;
+    }
+    std::lock_guard lock(m_replaced_mutex);
+    m_replaced.erase(id);
+    m_replaced_count.store(m_replaced.size(), std::memory_order_release);
 }
 
 void DiskTier::put_back_stored(std::span<const DiskIndex::Victim> victims) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fcntl.h>
 #include <filesystem>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,9 +79,20 @@ void DiskTier::open_small_store() {
             return;
         }
     }
-    const std::uint64_t map_size = m_options.small_map_size != 0
-                                       ? m_options.small_map_size
-                                       : std::max(2 * m_options.max_size, k_min_map_size);
+    std::uint64_t map_size = m_options.small_map_size != 0
+                                 ? m_options.small_map_size
+                                 : std::max(2 * m_options.max_size, k_min_map_size);
+    // Under an address space limit (ulimit -v), a quarter of it at most:
+    // compaction maps a copy as large, and requests need memory too.
+    if (rlimit limit{}; ::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        const std::uint64_t quarter = static_cast<std::uint64_t>(limit.rlim_cur) / 4;
+        if (map_size > quarter) {
+            logger().warn("small-entry store: a map of {} bytes is a quarter of the address "
+                          "space limit ({} bytes): fewer small entries fit in it",
+                          std::max(quarter, k_min_map_size), limit.rlim_cur);
+            map_size = std::max(quarter, k_min_map_size);
+        }
+    }
     bool recovered = false;
     auto opened = SmallStore::open(path, map_size, recovered);
     if (recovered) {
@@ -196,11 +208,8 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
         }
         return {};
     }
-    {
-        std::lock_guard lock(m_replaced_mutex);
-        for (const PendingWrite* write : included) {
-            m_replaced.erase(write->id); // what small.mdb holds now is the new value
-        }
+    for (const PendingWrite* write : included) {
+        clear_replaced(write->id); // what small.mdb holds now is the new value
     }
     for (const PendingWrite* write : included) {
         m_index.record(write->ns, write->id, small_charge(write->encoded_size), true);
@@ -296,6 +305,9 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
 }
 
 bool DiskTier::exists_small(std::string_view ns, std::string_view key, const Hash128& id) {
+    if (replaced_pending(id)) {
+        return false;
+    }
     const auto bytes = m_small->read(ns, id);
     if (!bytes || !*bytes) {
         return false;
@@ -482,7 +494,9 @@ void DiskTier::salvage_small(const QuarantinedStore& quarantined) {
         for (const SalvagedRecord* record : good) {
             // Put, erased, evicted or cleared since the quarantine: the index
             // knows better.
-            if (m_index.salvage_wanted(quarantined.generation, record->ns, record->id)) {
+            // Not a value a failed put replaced: that one must stay gone.
+            if (m_index.salvage_wanted(quarantined.generation, record->ns, record->id) &&
+                !replaced_pending(record->id)) {
                 writes.push_back(SmallWrite{record->ns,
                                             record->id,
                                             {std::span<const std::byte>(record->bytes), {}, {}},

@@ -225,8 +225,7 @@ void DiskTier::scan() {
                     // the range this process has used: else an earlier
                     // daemon of the same pid (pid 1 in a container) left it.
                     const bool ours =
-                        pid == static_cast<long>(::getpid()) &&
-                        counter >= m_temp_counter_start &&
+                        pid == static_cast<long>(::getpid()) && counter >= m_temp_counter_start &&
                         counter < m_temp_counter.load(std::memory_order_relaxed) + 1024;
                     const bool leftover =
                         pid == static_cast<long>(::getpid()) ? !ours : is_leftover_temp(pid);
@@ -310,6 +309,9 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
             return page;
         }
         last_examined = name->first;
+        if (name->second && replaced_name(name->first)) {
+            continue; // a value a failed put replaced, not deleted yet
+        }
         const auto header =
             name->second
                 ? live_small_header(*m_small, ns, name->first, now)
@@ -378,6 +380,9 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
             }
             ++examined;
             last_examined = fmt::format("{}/{}", ns, name->first);
+            if (name->second && replaced_name(name->first)) {
+                continue; // never exported: a failed put replaced it
+            }
             const auto header =
                 name->second ? live_small_header(*m_small, ns, name->first, now)
                              : live_header(fmt::format("{}/{}", names.shard_dir_of(name->first),
