@@ -319,13 +319,15 @@ int main(int argc, char** argv) {
 """
 
 
-def test_replaced_values_whose_delete_fails_are_never_served(make_daemon, tmpfs, tmp_root):
+@pytest.mark.parametrize("pinned_at_stop", [False, True], ids=["deleted-later", "stop-removes"])
+def test_replaced_values_whose_delete_fails_are_never_served(make_daemon, tmpfs, tmp_root,
+                                                             pinned_at_stop):
     """Puts over small entries failed on a full filesystem, and so did the
     deletes of the old copies. The index forgot the keys, but every read
     that did not ask it (a store with a remote tier configured, export,
     ls) served the old values, and a restart indexed them again. They are
-    misses everywhere now, and a stop that cannot delete them moves
-    small.mdb aside (exit 1)."""
+    misses everywhere now, and a stop that cannot delete them removes
+    small.mdb (exit 1)."""
     reader_bin = tmp_root / "pin"
     (tmp_root / "pin.c").write_text(PINNING_READER)
     subprocess.run(["cc", "-O1", "-o", str(reader_bin), str(tmp_root / "pin.c"), "-llmdb"],
@@ -363,11 +365,18 @@ def test_replaced_values_whose_delete_fails_are_never_served(make_daemon, tmpfs,
         listed = subprocess.run([PT2CACHE_CLI, "--socket", str(d.socket), "ls", "pgo"],
                                 capture_output=True, timeout=60)
         assert listed.stdout.count(b"\n") <= sum(1 for v in new.values() if len(v) > 1000)
+        if pinned_at_stop:  # the deletes still fail at the stop
+            assert d.stop() == 1
+            assert "could not be deleted from" in d.log() and "removed it" in d.log()
+            assert not (d.cache_dir / "small.mdb").exists()
     finally:
         pin.stdin.close()
         pin.wait(10)
-    assert d.stop() in (0, 1)
     filler.unlink()
+    if not pinned_at_stop:
+        time.sleep(2.5)  # with space again, an evictor pass deletes them
+        never_old("space again")
+        assert d.stop() == 0, d.log()[-1500:]
     d.start()
     conn = NativeClient(d.socket)
     wait_for(lambda: conn.stats()["tiers"]["disk"]["scan_complete"], what="the startup scan")

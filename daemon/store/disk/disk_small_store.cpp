@@ -167,13 +167,19 @@ SmallStore::read(std::string_view ns, const Hash128& id) {
 
 bool SmallStore::contains(std::string_view ns, const Hash128& id) {
     const std::string key_text = make_key(ns, id);
-    return in_txn(true,
-                  [&](Env& env, MDB_txn* txn) {
-                      MDB_val key = val_of(key_text);
-                      MDB_val value{};
-                      return mdb_get(txn, env.meta, &key, &value);
-                  })
-        .has_value();
+    int rc = 0;
+    const auto found = in_txn(
+        true,
+        [&](Env& env, MDB_txn* txn) {
+            MDB_val key = val_of(key_text);
+            MDB_val value{};
+            return mdb_get(txn, env.meta, &key, &value);
+        },
+        &rc);
+    // Any answer but "not found" (no reader slot, a closed store) is "may
+    // be there": callers then delete it, or keep it marked, rather than
+    // skip a copy that is there.
+    return found.has_value() || rc != MDB_NOTFOUND;
 }
 
 tl::expected<void, SmallError> SmallStore::write(std::span<const SmallWrite> writes, UnixMs now) {

@@ -83,16 +83,22 @@ DiskTier::~DiskTier() {
         m_evict_thread.join();
     }
     flush_touches();
-    if (const std::size_t left = retry_replaced(); left > 0) {
+    if (const std::size_t left = retry_replaced(true); left > 0) {
         // They must not be served after a restart, and nothing can be
-        // written (a full filesystem): the store goes aside, which needs no
-        // space. Its other entries are lost with it, never served stale.
+        // written (a full filesystem): the store is removed, which needs no
+        // space and frees its own. Its other entries are lost with it,
+        // never served stale.
         const std::string& path = m_small->path();
-        ::rename(path.c_str(), (path + ".broken").c_str());
-        ::unlink((path + "-lock").c_str());
-        logger().error("{} replaced small entries could not be deleted from {}: moved it to "
-                       "{}.broken (its entries are lost)",
-                       left, path, path);
+        if (::unlink(path.c_str()) == 0) {
+            logger().error("{} replaced small entries could not be deleted from {}: removed it "
+                           "(its entries are lost)",
+                           left, path);
+        } else {
+            logger().critical("{} replaced small entries could not be deleted from {}, nor the "
+                              "file removed ({}): delete it before the next start, which would "
+                              "serve them",
+                              left, path, errno_text(errno));
+        }
         m_stats.daemon().writes_abandoned.fetch_add(left, std::memory_order_relaxed);
     }
 }

@@ -219,7 +219,9 @@ private:
     // too), by retry_replaced() on every evictor pass and at shutdown.
     void forget_replaced(std::string_view ns, const Hash128& id);
     // Deletes the copies forget_replaced() could not; how many are left.
-    std::size_t retry_replaced();
+    // A mark stays while a salvage may bring its copy back, unless `final`
+    // (at destruction: no salvage runs after it).
+    std::size_t retry_replaced(bool final = false);
     // Whether forget_replaced() still has the id (not deleted yet): every
     // read of small.mdb (load, exists, LIST, SCAN) treats it as absent.
     bool replaced_pending(const Hash128& id);
@@ -265,6 +267,9 @@ private:
     std::mutex m_replaced_mutex;
     std::unordered_map<Hash128, std::string, Hash128Low> m_replaced; // id -> ns
     std::atomic<std::size_t> m_replaced_count{0}; // m_replaced.size(), read without the lock
+    // Quarantines whose salvage on_quarantine has queued (SmallStore counts
+    // them as it swaps the store, before the callback).
+    std::atomic<std::uint64_t> m_quarantines_handled{0};
 
     std::mutex m_mutex; // guards the wake-ups below
     std::condition_variable m_wake;

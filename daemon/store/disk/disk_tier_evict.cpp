@@ -185,6 +185,9 @@ void DiskTier::forget_replaced(std::string_view ns, const Hash128& id) {
         m_replaced_count.store(m_replaced.size(), std::memory_order_release);
     }
     m_index.erase(id); // after the insert: put_back_stored() checks both
+    // A file of the id goes too: one an interrupted migration left beside
+    // the small copy would otherwise be served once the mark is gone.
+    ::unlink(m_layout.entry_path(ns, id.hex()).c_str());
     const SmallKeyRef keys[] = {{ns, id}};
     if (auto erased = m_small->erase(keys); erased && !salvage_pending()) {
         clear_replaced(id);
@@ -193,7 +196,7 @@ void DiskTier::forget_replaced(std::string_view ns, const Hash128& id) {
     }
 }
 
-std::size_t DiskTier::retry_replaced() {
+std::size_t DiskTier::retry_replaced(bool final) {
     std::vector<std::pair<Hash128, std::string>> pending;
     {
         std::lock_guard lock(m_replaced_mutex);
@@ -220,7 +223,7 @@ std::size_t DiskTier::retry_replaced() {
     // Kept while a quarantined store waits for its salvage (or is being
     // salvaged): deleted from the fresh store, a copy would come back with
     // the salvage, which skips what is still marked here.
-    if (auto erased = m_small->erase(keys); erased && !salvage_pending()) {
+    if (auto erased = m_small->erase(keys); erased && (final || !salvage_pending())) {
         std::lock_guard lock(m_replaced_mutex);
         for (const SmallKeyRef& key : keys) {
             m_replaced.erase(key.id);
@@ -240,6 +243,12 @@ bool DiskTier::replaced_pending(const Hash128& id) {
 }
 
 bool DiskTier::salvage_pending() {
+    // A quarantine swaps the store before its callback queues the salvage:
+    // one not handled yet counts as pending too.
+    if (m_small &&
+        m_small->quarantines() != m_quarantines_handled.load(std::memory_order_acquire)) {
+        return true;
+    }
     std::lock_guard lock(m_mutex);
     return m_salvage_job.has_value() || m_salvage_running;
 }

@@ -110,6 +110,7 @@ void DiskTier::open_small_store() {
             std::lock_guard lock(m_mutex);
             m_salvage_job = quarantined;
         }
+        m_quarantines_handled.fetch_add(1, std::memory_order_release); // salvage_pending()
         m_wake.notify_all();
     });
 }
