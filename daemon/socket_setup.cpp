@@ -173,9 +173,8 @@ unsigned fit_connection_limit(unsigned wanted, std::string& warning) {
                                 "at least {}",
                                 limit.rlim_cur, 2 * k_own));
     }
-    const auto fits = static_cast<unsigned>(limit.rlim_cur > 2 * k_reserve
-                                                ? limit.rlim_cur - k_reserve
-                                                : (limit.rlim_cur - k_own) / 2);
+    const auto fits = static_cast<unsigned>(
+        limit.rlim_cur > 2 * k_reserve ? limit.rlim_cur - k_reserve : (limit.rlim_cur - k_own) / 2);
     warning = fmt::format("daemon.max_connections = {} does not fit the descriptor limit ({}): "
                           "serving at most {} connections",
                           wanted, limit.rlim_cur, fits);
