@@ -30,10 +30,13 @@ bool remove_if_same(const std::string& path, int fd);
 
 UnixMs mtime_ms(const struct stat& info);
 
+// A filesystem block, and LMDB's page in small.mdb: the unit space is charged in.
+inline constexpr std::uint64_t k_page = 4096;
+
 // The space an entry file of `size` bytes is charged: whole 4 KiB blocks, as
 // `du` counts them on the usual file systems.
 inline std::uint64_t file_charge(std::uint64_t size) {
-    return (size + 4095) / 4096 * 4096;
+    return (size + k_page - 1) / k_page * k_page;
 }
 
 } // namespace pt2cache::daemon::store

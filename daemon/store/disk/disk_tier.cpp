@@ -41,7 +41,7 @@ DiskTier::DiskTier(std::filesystem::path root, DiskOptions options, Stats& stats
     , m_options(options)
     , m_stats(stats) {
     // Random: the startup scan tells this process's temporary files from
-    // an earlier daemon's of the same pid by their counter (is_own_temp).
+    // an earlier daemon's of the same pid by their counter (DiskTier::scan).
     m_temp_counter_start = std::random_device()() * (std::uint64_t{1} << 32U);
     m_temp_counter.store(m_temp_counter_start, std::memory_order_relaxed);
     if (!enabled()) {

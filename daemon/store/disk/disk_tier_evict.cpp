@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/store/disk/disk_file.hpp"
 #include "daemon/store/disk/disk_tier.hpp"
 #include "daemon/store/disk/posix_file.hpp"
 #include "daemon/store/log.hpp"
@@ -22,8 +23,6 @@ namespace pt2cache::daemon::store {
 namespace {
 
 constexpr std::size_t k_evict_batch = 256; // small entries deleted per LMDB transaction
-// LMDB's page (small.mdb's, as disk_tier_small.cpp charges it).
-constexpr std::uint64_t k_page = 4096;
 // The least time between two passes that make room on a full filesystem.
 constexpr std::chrono::seconds k_space_pass_interval{10};
 

@@ -31,7 +31,6 @@ constexpr std::size_t k_migrate_batch = 256;
 constexpr std::size_t k_salvage_batch_bytes = std::size_t{4} << 20U;
 // The access time salvaged entries get: the oldest, where the index puts them.
 constexpr UnixMs k_salvaged_atime_ms = 1;
-constexpr std::uint64_t k_page = 4096;
 constexpr std::uint64_t k_min_map_size = 64ULL << 20;
 
 StoreError io_error(std::string message) {
@@ -180,9 +179,8 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
     if (!written) {
         // The values these puts replace must not come back in their place
         // (they may have been acknowledged from memory): files are gone
-        // already, small copies go now, and the index forgets both. A copy
-        // that cannot go (the filesystem is full) stays unindexed, a miss
-        // until a restart's scan finds it, as after a crash.
+        // already, small copies go now or are marked until they can
+        // (forget_replaced), and the index forgets both.
         // Asked of small.mdb, not of the index: an entry the evictor has
         // popped, or the startup scan not indexed yet, is there too.
         for (const PendingWrite* write : included) {
