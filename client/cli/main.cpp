@@ -15,6 +15,7 @@
 #include "client/cli/commands.hpp"
 #include "client/cli/common.hpp"
 #include "client/cli/top.hpp"
+#include "client/cxx/process.hpp"
 #include "proto/frame.hpp"
 #include "proto/messages.hpp"
 
@@ -244,12 +245,40 @@ void hold_closed_standard_streams() {
     }
 }
 
+// stdio gives up at EAGAIN: on a standard output that another process sharing
+// it made non-blocking (a pipe to node, some terminal multiplexers), `ls` or
+// `stats` would lose lines once the reader fell behind. There, stdout is
+// replaced by a stream whose writes wait for room, as blocking writes would.
+void wait_for_room_on_non_blocking_stdout() {
+    const int flags = ::fcntl(STDOUT_FILENO, F_GETFL);
+    if (flags < 0 || (flags & O_NONBLOCK) == 0) {
+        return;
+    }
+    cookie_io_functions_t io{};
+    io.write = [](void* /*cookie*/, const char* data, std::size_t size) -> ssize_t {
+        if (const int error = cxx::write_all(STDOUT_FILENO, std::string_view(data, size))) {
+            errno = error;
+            return -1;
+        }
+        return static_cast<ssize_t>(size);
+    };
+    FILE* waiting = ::fopencookie(nullptr, "w", io);
+    if (waiting == nullptr) {
+        return; // stdio's own stream, which reports EAGAIN at the end
+    }
+    if (::isatty(STDOUT_FILENO) != 0) {
+        std::setvbuf(waiting, nullptr, _IOLBF, BUFSIZ);
+    }
+    stdout = waiting; // glibc's stdout is an assignable variable
+}
+
 } // namespace
 } // namespace pt2cache::client::cli
 
 int main(int argc, char** argv) {
     namespace cli = pt2cache::client::cli;
     cli::hold_closed_standard_streams();
+    cli::wait_for_room_on_non_blocking_stdout();
     int status = cli::exit_status::server;
     try {
         status = cli::run(argc, argv);
