@@ -188,7 +188,10 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     entry.created_ms = store::now_ms();
     entry.expires_ms = ttl_ms ? entry.created_ms + ttl_ms : 0;
     auto& store = *m_context.store;
-    const auto mode = nx ? store::PutMode::only_if_absent : store::PutMode::overwrite;
+    const auto mode = nx   ? store::PutMode::only_if_absent
+                      : xx ? store::PutMode::only_if_present
+                           : store::PutMode::overwrite;
+    const auto expiry = keepttl ? store::PutExpiry::keep_stored : store::PutExpiry::as_given;
     // A plain SET that cannot block is done right here.
     std::optional<tl::expected<store::PutOutcome, store::StoreError>> quick;
     if (!xx && !keepttl) {
@@ -196,28 +199,7 @@ awaitable<RespSession::Next> RespSession::set(Args args) {
     }
     if (!quick) {
         quick = co_await offload(*m_context.blocking, [&]() {
-            using Result = tl::expected<store::PutOutcome, store::StoreError>;
-            if (keepttl) {
-                // The new value keeps the stored one's expiry time (none if
-                // there is no stored one), so it is not served longer.
-                auto stored = store.get(mapped->ns, mapped->key);
-                if (!stored) {
-                    return Result(tl::unexpected(stored.error()));
-                }
-                if (*stored) {
-                    entry.expires_ms = (*stored)->expires_ms;
-                }
-            }
-            if (xx) {
-                auto exists = store.exists(mapped->ns, mapped->key);
-                if (!exists) {
-                    return Result(tl::unexpected(exists.error()));
-                }
-                if (!*exists) {
-                    return Result(store::PutOutcome::not_stored);
-                }
-            }
-            return store.put(mapped->ns, mapped->key, entry, mode);
+            return store.put(mapped->ns, mapped->key, entry, mode, expiry);
         });
     }
     auto& outcome = *quick;

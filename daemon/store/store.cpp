@@ -289,7 +289,7 @@ tl::expected<void, StoreError> Store::check_value_size(const StorePolicy& policy
 }
 
 tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string_view key,
-                                                Entry entry, PutMode mode) {
+                                                Entry entry, PutMode mode, PutExpiry expiry) {
     const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
     if (auto refused = check_value_size(*policy, entry); !refused) {
         return tl::make_unexpected(std::move(refused.error()));
@@ -303,9 +303,24 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         entry.created_ms = now_ms();
     }
     const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
+    std::optional<WriteScope> write;
+    if (local) {
+        write.emplace(*this, stripe_of(ns, key));
+    }
+    if (mode == PutMode::only_if_present || expiry == PutExpiry::keep_stored) {
+        auto current = current_entry(*policy, ns, key, local);
+        if (!current) {
+            return tl::make_unexpected(std::move(current.error()));
+        }
+        if (mode == PutMode::only_if_present && !*current) {
+            return PutOutcome::not_stored;
+        }
+        if (expiry == PutExpiry::keep_stored) {
+            entry.expires_ms = *current ? (*current)->expires_ms : 0;
+        }
+    }
     tl::expected<void, StoreError> local_result;
     if (local) {
-        const WriteScope write(*this, stripe_of(ns, key));
         if (mode == PutMode::only_if_absent) {
             if (m_memory_on != nullptr && m_memory_on->contains(ns, key)) {
                 return PutOutcome::not_stored;
@@ -323,6 +338,7 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
             }
         }
         local_result = put_local(ns, key, entry);
+        write.reset();
     }
     if (remote) {
         auto stored = put_remote(ns, key, entry);
@@ -334,6 +350,30 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         return tl::make_unexpected(std::move(local_result.error()));
     }
     return PutOutcome::stored;
+}
+
+tl::expected<std::optional<Entry>, StoreError> Store::current_entry(const StorePolicy& policy,
+                                                                    std::string_view ns,
+                                                                    std::string_view key,
+                                                                    bool local) {
+    if (local && m_memory_on != nullptr) {
+        if (auto entry = m_memory_on->lookup(ns, key)) {
+            return entry;
+        }
+    }
+    if (local && m_disk_on != nullptr) {
+        auto entry = m_disk_on->peek(ns, key);
+        if (!entry || *entry) {
+            return entry;
+        }
+    }
+    if (remote_serves(policy, ns)) {
+        auto entry = m_remote->get(ns, key);
+        if (entry || entry.error().failure != Failure::unavailable) {
+            return entry;
+        }
+    }
+    return std::nullopt;
 }
 
 std::optional<tl::expected<PutOutcome, StoreError>>

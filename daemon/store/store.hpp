@@ -47,7 +47,10 @@ struct StorePolicy {
     std::uint64_t remote_wait_ms = 2000;
 };
 
-enum class PutMode { overwrite, only_if_absent };
+enum class PutMode { overwrite, only_if_absent, only_if_present };
+// Whether a put keeps the expiry time it is given, or takes that of the entry
+// it replaces (none when there is none: SET's KEEPTTL).
+enum class PutExpiry { as_given, keep_stored };
 enum class PutOutcome { stored, not_stored };
 
 // Counting rules, per namespace and tier in `Stats`:
@@ -111,13 +114,18 @@ public:
     // the Redis tier only queues the write). `only_if_absent`
     // stores only when neither memory nor disk holds a live entry, atomically
     // with respect to other puts of the same key; otherwise `not_stored`.
+    // `only_if_present` stores only when some tier holds one, and
+    // `keep_stored` takes its expiry time: for a local namespace both are
+    // decided under the key's write lock, so that no put or remove of the
+    // key falls between the look and the write.
     // A value over `max_value_size` fails with `too_large`. A disk failure
     // fails the put (the memory tier may keep the value); a remote failure is
     // counted and logged, and fails the put only if no local tier took it.
     // Under `force_disable` the value is dropped and `stored` returned. A zero
     // `entry.created_ms` is set to now.
     tl::expected<PutOutcome, StoreError> put(std::string_view ns, std::string_view key, Entry entry,
-                                             PutMode mode = PutMode::overwrite);
+                                             PutMode mode = PutMode::overwrite,
+                                             PutExpiry expiry = PutExpiry::as_given);
 
     // True when some tier holds a live entry (remote is asked last, by a get).
     tl::expected<bool, StoreError> exists(std::string_view ns, std::string_view key);
@@ -190,6 +198,12 @@ private:
         std::atomic<std::uint64_t> ended{0};
     };
     class WriteScope;
+    // The live entry a conditional put looks at (only_if_present,
+    // keep_stored): the local tiers', else Redis's, asked directly (a
+    // single flight's leader may be waiting for the caller's write lock to
+    // backfill). Counts nothing.
+    tl::expected<std::optional<Entry>, StoreError>
+    current_entry(const StorePolicy& policy, std::string_view ns, std::string_view key, bool local);
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
     // begin_write unless the stripe's mutex is held (another write, or a
