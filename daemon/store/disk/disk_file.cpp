@@ -60,6 +60,10 @@ tl::expected<EntryFileHeader, std::string> read_entry_header(int fd) {
     return out;
 }
 
+StoreError bad_namespace(std::string_view ns) {
+    return io_error(fmt::format("invalid namespace {:?}", ns));
+}
+
 bool remove_if_same(const std::string& path, int fd) {
     struct stat opened {};
     struct stat current {};

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-// File-level helpers of the disk tier: reading an entry file's header and
-// removing a file only if it is still the one that was read.
+// File-level helpers of the disk tier: reading an entry file's header,
+// removing a file only if it is still the one that was read, errors.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
+#include <utility>
 
 #include "daemon/store/disk/disk_entry.hpp"
 #include "daemon/store/tier.hpp"
@@ -29,6 +31,16 @@ tl::expected<EntryFileHeader, std::string> read_entry_header(int fd);
 bool remove_if_same(const std::string& path, int fd);
 
 UnixMs mtime_ms(const struct stat& info);
+
+// The disk tier's failures, as StoreErrors.
+inline StoreError io_error(std::string message) {
+    return StoreError{Failure::io, std::move(message)};
+}
+StoreError bad_namespace(std::string_view ns);
+
+// The cache directory's own directories and files: the user's alone.
+inline constexpr unsigned k_dir_mode = 0700;
+inline constexpr unsigned k_file_mode = 0600;
 
 // A filesystem block, and LMDB's page in small.mdb: the unit space is charged in.
 inline constexpr std::uint64_t k_page = 4096;

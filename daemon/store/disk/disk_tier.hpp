@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/store/disk/deletes_under_way.hpp"
 #include "daemon/store/disk/disk_index.hpp"
 #include "daemon/store/disk/disk_layout.hpp"
 #include "daemon/store/disk/disk_small_store.hpp"
@@ -225,7 +226,10 @@ private:
     // Whether forget_replaced() still has the id (not deleted yet): every
     // read of small.mdb (load, exists, LIST, SCAN) treats it as absent.
     bool replaced_pending(const Hash128& id);
-    bool replaced_name(std::string_view entry_name); // an entry's hex name
+    // Whether a walk (LIST, SCAN) passes over the entry named `entry_name`
+    // (its hex name; `small`: in small.mdb): replaced by a failed put, or
+    // being deleted.
+    bool hidden_name(std::string_view ns, std::string_view entry_name, bool small);
     // A write of the id succeeded: nothing of it is left to delete.
     void clear_replaced(const Hash128& id);
     // Whether a quarantined store waits for its salvage or is being salvaged.
@@ -248,9 +252,13 @@ private:
     std::mutex& stripe(const Hash128& id) { return m_stripes[id.low % m_stripes.size()]; }
     void log_write_error(std::string_view ns, std::string_view key, const StoreError& error);
 
-    // A broken file: counted, logged and removed if `path` is still it.
+    // A broken file: counted, logged and removed if `path` is still it
+    // (`fd` open on it; -1: a symbolic link). Takes the id's stripe, which
+    // the _locked variant's caller holds.
     void discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id, int fd,
                          std::string_view reason);
+    void discard_corrupt_locked(std::string_view ns, const std::string& path, const Hash128& id,
+                                int fd, std::string_view reason);
     tl::expected<void, StoreError> ensure_dirs(std::string_view ns, std::string_view hex);
 
     const DiskLayout m_layout;
@@ -287,6 +295,9 @@ private:
     // all of them, plus the store's two: ThreadSanitizer tracks at most 64
     // locks held by one thread.
     std::array<std::mutex, 32> m_stripes;
+    // Removes and clears between dropping queued writes and deleting the
+    // older copies on disk: lookups answer a miss.
+    DeletesUnderWay m_deleting;
     std::mutex m_touch_mutex;
     std::vector<std::pair<std::string, Hash128>> m_touched; // small entries read since the flush
     std::atomic<bool> m_migration_done{false};

@@ -157,6 +157,13 @@ void DiskTier::evict_loop() {
                 continue;
             }
             const std::string path = m_layout.entry_path(victim->ns, victim->id.hex());
+            // Under the key's lock, and not when a write has renamed a newer
+            // file into its place since the victim was taken (the index
+            // records it; a newer small entry leaves the file stale).
+            std::lock_guard stripe_lock(stripe(victim->id));
+            if (m_index.where(victim->id) == false) {
+                continue;
+            }
             if (::unlink(path.c_str()) == 0) {
                 ++files;
                 m_stats.tier(victim->ns, TierId::disk)
@@ -252,12 +259,13 @@ bool DiskTier::salvage_pending() {
     return m_salvage_job.has_value() || m_salvage_running;
 }
 
-bool DiskTier::replaced_name(std::string_view entry_name) {
-    if (m_replaced_count.load(std::memory_order_acquire) == 0) {
+bool DiskTier::hidden_name(std::string_view ns, std::string_view entry_name, bool small) {
+    const bool replaced = small && m_replaced_count.load(std::memory_order_acquire) != 0;
+    if (!replaced && !m_deleting.any()) {
         return false;
     }
     const auto id = parse_entry_name(entry_name);
-    return id && replaced_pending(*id);
+    return id && ((replaced && replaced_pending(*id)) || m_deleting.hides(ns, *id));
 }
 
 void DiskTier::clear_replaced(const Hash128& id) {

@@ -33,10 +33,6 @@ constexpr std::size_t k_salvage_batch_bytes = std::size_t{4} << 20U;
 constexpr UnixMs k_salvaged_atime_ms = 1;
 constexpr std::uint64_t k_min_map_size = 64ULL << 20;
 
-StoreError io_error(std::string message) {
-    return StoreError{Failure::io, std::move(message)};
-}
-
 // An estimate of what a small entry of `size` encoded bytes occupies in
 // LMDB: its value node and its meta node in leaf pages about 70 % full, or
 // whole overflow pages for a value too large for a leaf. Eviction only uses
@@ -290,6 +286,8 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
         return std::nullopt;
     }
     if (decoded->entry.expired(now_ms())) {
+        // Under the key's lock, as load_file's removal of an expired file.
+        std::lock_guard lock(stripe(id));
         if (m_small->erase_if_same(ns, id, stored.bytes())) {
             m_index.erase(id);
         }
@@ -406,7 +404,7 @@ void DiskTier::migrate(const std::vector<std::pair<std::string, Hash128>>& files
             }
             const auto decoded = decode(std::span<const std::byte>(item.bytes));
             if (!decoded) {
-                discard_corrupt(ns, item.path, id, fd->get(), decoded.error());
+                discard_corrupt_locked(ns, item.path, id, fd->get(), decoded.error());
                 continue;
             }
             if (decoded->ns != ns || entry_hash(decoded->ns, decoded->key) != id ||

@@ -309,8 +309,8 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
             return page;
         }
         last_examined = name->first;
-        if (name->second && replaced_name(name->first)) {
-            continue; // a value a failed put replaced, not deleted yet
+        if (hidden_name(ns, name->first, name->second)) {
+            continue; // a value replaced or deleted, still on disk
         }
         const auto header =
             name->second
@@ -380,8 +380,8 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
             }
             ++examined;
             last_examined = fmt::format("{}/{}", ns, name->first);
-            if (name->second && replaced_name(name->first)) {
-                continue; // never exported: a failed put replaced it
+            if (hidden_name(ns, name->first, name->second)) {
+                continue; // never exported: a value replaced or deleted
             }
             const auto header =
                 name->second ? live_small_header(*m_small, ns, name->first, now)
@@ -407,6 +407,9 @@ tl::expected<std::uint64_t, StoreError> DiskTier::clear(std::string_view ns) {
         return 0;
     }
     const std::string ns_dir = m_layout.ns_dir(ns);
+    // Lookups in `ns` miss until its copies on disk are gone: they may be
+    // older than the queued writes dropped here.
+    const auto clearing = m_deleting.ns(ns);
     std::uint64_t removed = cancel_queued(ns);
     for (const std::string& shard : sorted_shards(ns_dir)) {
         const std::string shard_dir = fmt::format("{}/{}", ns_dir, shard);
@@ -421,6 +424,9 @@ tl::expected<std::uint64_t, StoreError> DiskTier::clear(std::string_view ns) {
                 continue;
             }
             const std::string path = fmt::format("{}/{}", shard_dir, file.name);
+            // Under the key's lock, so that a file a writer renames into
+            // place meanwhile is either removed or keeps its index record.
+            std::lock_guard lock(stripe(*id));
             if (::unlink(path.c_str()) == 0) {
                 ++removed;
                 m_index.erase(*id);
