@@ -231,9 +231,9 @@ awaitable<bool> Connection::read_more(std::size_t hint) {
     if (!leased) {
         m_context.stats.daemon().inflight_refused++;
         logger("session").warn("[{}] no room in daemon.max_inflight_bytes ({} of {} bytes in use) "
-                               "for a {} byte input buffer within {} s; closing",
+                               "for a {} byte input buffer {}; closing",
                                m_id, m_context.inflight.in_use(), m_context.inflight.limit(),
-                               m_input.capacity(), k_inflight_patience.count() / 1000);
+                               m_input.capacity(), refusal_reason(m_lease));
         co_return false;
     }
     std::size_t n = 0;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace pt2cache::daemon {
 
 bool InflightBudget::try_take(std::uint64_t bytes) {
@@ -22,6 +24,32 @@ void InflightBudget::give_back(std::uint64_t bytes) {
     m_in_use.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+void InflightBudget::begin_wait(const void* lease, std::uint64_t held) {
+    std::lock_guard lock(m_waiters_mutex);
+    m_waiters.push_back(Waiter{lease, held, m_next_order++});
+}
+
+void InflightBudget::end_wait(const void* lease) {
+    std::lock_guard lock(m_waiters_mutex);
+    std::erase_if(m_waiters, [&](const Waiter& waiter) { return waiter.lease == lease; });
+}
+
+bool InflightBudget::should_give_way(const void* lease) const {
+    std::lock_guard lock(m_waiters_mutex);
+    std::uint64_t waiting_held = 0;
+    const Waiter* least = nullptr;
+    for (const Waiter& waiter : m_waiters) {
+        waiting_held += waiter.held;
+        if (waiter.held > 0 && (least == nullptr || waiter.held < least->held ||
+                                (waiter.held == least->held && waiter.order > least->order))) {
+            least = &waiter;
+        }
+    }
+    // Bytes held by a request still arriving, or one being served, come back
+    // without anyone giving way.
+    return least != nullptr && least->lease == lease && waiting_held >= in_use();
+}
+
 awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::milliseconds patience) {
     if (bytes <= m_bytes) {
         co_return true;
@@ -36,9 +64,17 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
     }
     // Others are receiving large requests: wait for them, polling, as a
     // queue of waiters would need a wake-up path through every give_back.
+    m_budget.begin_wait(this, m_bytes);
+    struct EndWait {
+        InflightBudget& budget;
+        const void* lease;
+        ~EndWait() { budget.end_wait(lease); }
+    } end_wait{m_budget, this};
     asio::steady_timer timer(co_await asio::this_coro::executor);
     const auto deadline = std::chrono::steady_clock::now() + patience;
     auto pause = std::chrono::milliseconds(1);
+    // Told to give way twice in a row (a pause apart): not a passing state.
+    int told = 0;
     while (std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(pause);
         boost::system::error_code ec;
@@ -47,9 +83,22 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
             m_bytes = bytes;
             co_return true;
         }
+        told = m_budget.should_give_way(this) ? told + 1 : 0;
+        if (told == 2) {
+            m_gave_way = true;
+            co_return false;
+        }
         pause = std::min(pause * 2, std::chrono::milliseconds(50));
     }
     co_return false;
+}
+
+std::string refusal_reason(const InflightLease& lease) {
+    if (lease.gave_way()) {
+        return "while every request holding some of it waited for more (this one, holding the "
+               "least, gave way)";
+    }
+    return fmt::format("within {} s", k_inflight_patience.count() / 1000);
 }
 
 void InflightLease::resize_down(std::uint64_t bytes) {

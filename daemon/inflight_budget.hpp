@@ -10,6 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "daemon/asio.hpp"
 
@@ -28,9 +31,28 @@ public:
     bool try_take(std::uint64_t bytes);
     void give_back(std::uint64_t bytes);
 
+    // Leases waiting for room, with what each holds. When every byte in use
+    // is held by one of them, none can finish before another gives up: the
+    // one holding the least (of those holding any; the latest of equals)
+    // is told to, so that the others go on instead of all waiting out
+    // their patience. Several large requests arriving together no longer
+    // hold the whole budget between them until each is refused in turn.
+    void begin_wait(const void* lease, std::uint64_t held);
+    void end_wait(const void* lease);
+    bool should_give_way(const void* lease) const;
+
 private:
+    struct Waiter {
+        const void* lease;
+        std::uint64_t held;
+        std::uint64_t order; // when it began to wait
+    };
+
     std::atomic<std::uint64_t> m_limit;
     std::atomic<std::uint64_t> m_in_use{0};
+    mutable std::mutex m_waiters_mutex;
+    std::vector<Waiter> m_waiters; // a few, and only while the budget is full
+    std::uint64_t m_next_order = 0;
 };
 
 // What one connection holds of the budget; given back when it shrinks or
@@ -46,18 +68,25 @@ public:
     std::uint64_t bytes() const { return m_bytes; }
 
     // Grows the lease to `bytes`, waiting up to `patience` for room. False
-    // when there was none by then (the lease is unchanged).
+    // when there was none by then, or when this lease was told to give way
+    // (gave_way(); the lease is unchanged either way).
     awaitable<bool> grow_to(std::uint64_t bytes, std::chrono::milliseconds patience);
+    bool gave_way() const { return m_gave_way; }
     // Shrinks the lease to `bytes` (no-op when it holds less).
     void resize_down(std::uint64_t bytes);
 
 private:
     InflightBudget& m_budget;
     std::uint64_t m_bytes = 0;
+    bool m_gave_way = false;
 };
 
 // How long a request waits for room in the budget before it is refused.
 inline constexpr std::chrono::milliseconds k_inflight_patience{10'000};
+
+// Why `lease` got no room, for a log line or an error: its patience ran out,
+// or it gave way to the other waiting requests.
+std::string refusal_reason(const InflightLease& lease);
 
 // What a client holding budget must send within each k_inflight_patience
 // not to be taken for stalled (Connection::read_some_watched).

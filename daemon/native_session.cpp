@@ -172,10 +172,9 @@ NativeSession::receive_body(const proto::Header& header, std::span<const std::by
             fail(header,
                  {Status::busy,
                   fmt::format("the daemon is receiving too many large requests: no room for "
-                              "this {} byte frame in daemon.max_inflight_bytes ({} bytes) within "
-                              "{} s; try again",
-                              length, m_context.inflight.limit(),
-                              k_inflight_patience.count() / 1000)});
+                              "this {} byte frame in daemon.max_inflight_bytes ({} bytes) {}; "
+                              "try again",
+                              length, m_context.inflight.limit(), refusal_reason(lease))});
             co_return nullptr;
         }
         body->resize(target);

@@ -268,6 +268,36 @@ def test_inflight_budget_refuses_after_waiting(make_daemon):
     healthy.ping(b"still healthy")
 
 
+def test_large_requests_arriving_together_do_not_wait_each_other_out(make_daemon):
+    """Four 12 MiB PUTs at once against a 24 MiB budget: each took part of it
+    and waited for the rest, and nothing was answered until the first one's
+    10 s ran out (a review: 0 puts done in 50 s under a steady load). Now the
+    one holding the least gives way at once, and the others finish."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=24MiB")
+    healthy = NativeClient(d.socket)
+    values = [os.urandom(12 << 20) for _ in range(4)]
+    writers = [NativeClient(d.socket, timeout=30) for _ in values]
+    started = time.monotonic()
+    senders = [send_in_background(w, frame(OP["put"], put_body("pgo", b"big%d" % i, v), rid=i))
+               for i, (w, v) in enumerate(zip(writers, values))]
+    statuses = []
+    for i, writer in enumerate(writers):
+        writer.sock.settimeout(30)
+        op, status, rid, _ = writer.reply()
+        assert (op, rid) == (OP["put"], i)
+        statuses.append(status)
+    elapsed = time.monotonic() - started
+    for sender in senders:
+        sender.join(timeout=5)
+    assert elapsed < 5, f"the four puts were answered after {elapsed:.1f} s"
+    assert set(statuses) <= {STATUS["ok"], STATUS["busy"]}, statuses
+    assert statuses.count(STATUS["ok"]) >= 2, statuses
+    for i, status in enumerate(statuses):
+        if status == STATUS["ok"]:
+            assert healthy.get("pgo", b"big%d" % i) == (STATUS["ok"], values[i])
+    assert healthy.stats()["daemon"]["inflight_bytes"] == 0
+
+
 def closed_within(sock: socket.socket, seconds: float) -> bool:
     """Whether the daemon closes `sock` (end-of-file or reset) within `seconds`."""
     sock.settimeout(seconds)
