@@ -468,7 +468,11 @@ awaitable<void> Connection::writer_progress() {
         m_writer_event.expires_after(k_reply_pressure_recheck);
     }
     const std::uint64_t held = m_lease.bytes() + m_session_held;
-    if (held == 0) {
+    // Replies beyond what a connection may queue (one large value, or a
+    // slice of MGET) are memory held for the client as budget is: it too must
+    // read k_stall_progress of them in every k_inflight_patience.
+    const std::uint64_t unread = m_queued_bytes > k_max_queued_output ? m_queued_bytes : 0;
+    if (held == 0 && unread == 0) {
         m_write_watch.stop();
         co_await m_writer_event.async_wait(asio::redirect_error(use_awaitable, ec));
         m_writer_event.expires_at(Clock::time_point::max());
@@ -479,8 +483,8 @@ awaitable<void> Connection::writer_progress() {
     // enough since.
     const std::uint64_t generation = ++m_stall_generation;
     m_stall_timer.expires_at(m_write_watch.due(m_written));
-    m_stall_timer.async_wait([this, self = shared_from_this(), generation,
-                              held](const boost::system::error_code& waited) {
+    m_stall_timer.async_wait([this, self = shared_from_this(), generation, held,
+                              unread](const boost::system::error_code& waited) {
         // The writer's progress may have been handled first in the same
         // round of the loop: then it is no stall.
         if (waited || generation != m_stall_generation || !m_writing ||
@@ -488,9 +492,12 @@ awaitable<void> Connection::writer_progress() {
             return;
         }
         m_context.stats.daemon().stalled_requests++;
-        logger("session").warn("[{}] its client read less than {} bytes of replies in {} s "
-                               "while holding {} bytes of daemon.max_inflight_bytes; closing",
-                               m_id, k_stall_progress, k_inflight_patience.count() / 1000, held);
+        logger("session").warn(
+            "[{}] its client read less than {} bytes of replies in {} s while holding {}; "
+            "closing",
+            m_id, k_stall_progress, k_inflight_patience.count() / 1000,
+            held > 0 ? fmt::format("{} bytes of daemon.max_inflight_bytes", held)
+                     : fmt::format("{} bytes of replies", unread));
         // The writer fails, which ends the session's wait.
         boost::system::error_code ignored;
         m_socket.cancel(ignored);

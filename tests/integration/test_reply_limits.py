@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 
-from integ_helpers import vm_rss_kib
+from integ_helpers import drain_disk_queue, vm_rss_kib
 from pt2harness import RawConnection, wait_for
 
 
@@ -201,3 +201,69 @@ def test_a_client_reading_steadily_is_never_taken_for_stalled(make_daemon):
     c.close()
     assert len(got) == expected
     assert d.stats()["daemon"]["stalled_requests"] == 0
+
+
+def fill_with_large_values(d, count: int, size: int) -> list[bytes]:
+    """`count` values of `size` zero bytes (tiny on disk), written to disk."""
+    keys = [b"large%d" % i for i in range(count)]
+    setter = RawConnection(d.socket)
+    for key in keys:
+        setter.send(command(b"SET", key, b"\0" * size))
+        assert setter.sock.recv(16) == b"+OK\r\n"
+    drain_disk_queue(d)
+    return keys
+
+
+def test_an_mget_of_large_values_on_disk_holds_a_slice_of_them(make_daemon):
+    """One MGET of 16 values of 16 MiB, each too large for the memory tier,
+    read from disk: every value was read before the first reply byte went
+    out, and a client that did not read held all 256 MiB (a review: 60 x 48
+    MiB took the daemon to 3 GB). It is answered slice by slice now, each
+    slice sent before the next is read."""
+    d = make_daemon("--set", "memory.max_size=8MiB")
+    size = 16 << 20
+    keys = fill_with_large_values(d, 16, size)
+    rss_before = vm_rss_kib(d.proc.pid)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    c.sendall(command(b"MGET", *keys))
+    peak = rss_before
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:  # the client reads nothing meanwhile
+        peak = max(peak, vm_rss_kib(d.proc.pid))
+        time.sleep(0.02)
+    assert (peak - rss_before) << 10 < 96 << 20, f"{peak - rss_before} KiB held"
+    reply = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
+    expected = b"*16\r\n" + reply * 16
+    got = bytearray()
+    c.settimeout(30)
+    while len(got) < len(expected):
+        chunk = c.recv(1 << 20)
+        assert chunk, "closed before the whole reply"
+        got.extend(chunk)
+    assert got == expected
+    c.close()
+
+
+def test_a_client_leaving_a_large_reply_unread_is_closed(make_daemon):
+    """A GET of a 32 MiB value whose client never reads the reply held it for
+    good: with many such clients the daemon's memory had no bound but their
+    number. Past a connection's 16 MiB of replies, a client must read 64 KiB
+    in every 10 s, as one holding in-flight budget must."""
+    d = make_daemon("--set", "memory.max_size=8MiB")
+    [key] = fill_with_large_values(d, 1, 32 << 20)
+    c = socket.socket(socket.AF_UNIX)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.connect(str(d.socket))
+    c.sendall(command(b"GET", key))
+    time.sleep(12)  # reads nothing: closed after 10 s
+    c.settimeout(10)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    received = 0
+    while chunk := c.recv(1 << 20):
+        received += len(chunk)
+    assert received < 32 << 20, "the whole reply was still there"
+    stats = RawConnection(d.socket)
+    stats.send(command(b"PING"))
+    assert stats.sock.recv(16) == b"+PONG\r\n"
+    assert "of replies; closing" in d.log()
