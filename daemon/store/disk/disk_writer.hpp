@@ -200,7 +200,9 @@ private:
     std::condition_variable m_work; // writers wait for a write
     // Whether `size` bytes fit now, `slot` (may be null) being the write's
     // slot: its queued write is replaced, so its bytes count as room.
-    bool fits_locked(const Slot* slot, std::uint64_t size) const;
+    bool fits_locked(const Slot* slot, std::uint64_t size, bool small) const;
+    // Bytes of small entries queued beyond the bound when large ones fill it.
+    std::uint64_t small_reserve() const { return m_capacity / 4; }
     // Queues `write` (it fits) in `slot`, its slot, pushed at `now`; the
     // write it replaces, if any, which the caller frees.
     std::shared_ptr<const PendingWrite>
@@ -215,6 +217,7 @@ private:
     std::atomic<std::size_t> m_outstanding{0};
     std::uint64_t m_next_seq = 0;
     std::uint64_t m_bytes = 0;
+    std::uint64_t m_small_bytes = 0; // of m_bytes, those of small entries
     std::uint64_t m_coalesced = 0;
     unsigned m_flushes = 0;            // flush_until calls waiting
     bool m_small_writer_busy = false;  // a writer is gathering or committing small entries

@@ -364,3 +364,35 @@ TEST_CASE("write queue ends a batch larger than one hold of its lock in full",
     CHECK(queue.pending_ids().empty());
     CHECK(recorder.written() + queue.coalesced() == 1000 + 143);
 }
+
+TEST_CASE("write queue keeps room for small writes while a large one fills it",
+          "[store][disk][writer]") {
+    Recorder recorder;
+    recorder.hold = 300ms;
+    const std::uint64_t capacity = 1ULL << 20;
+    DiskWriteQueue queue(capacity, 2, recorder.fn());
+    // A file larger than the whole bound: taken, as the queue is empty.
+    queue.push(write_of(1, false, 2 << 20));
+    {
+        std::unique_lock lock(recorder.mutex);
+        recorder.changed.wait_for(lock, 5s, [&] { return recorder.writing == 1; });
+    }
+    // While it is written, small writes are queued at once (other clients'
+    // puts waited for the whole file before), up to a quarter of the bound...
+    const std::uint64_t one = write_of(0, true, 4000)->bytes();
+    std::size_t queued = 0;
+    for (int i = 2; i < 1000; ++i) {
+        auto write = write_of(i, true, 4000);
+        if (!queue.try_push(write)) {
+            break;
+        }
+        ++queued;
+    }
+    CHECK(queued == capacity / 4 / one);
+    // ... and another file is not.
+    auto large = write_of(1000, false, 64 << 10);
+    CHECK_FALSE(queue.try_push(large));
+    queue.flush();
+    CHECK(recorder.written() == 1 + queued);
+    CHECK(queue.bytes() == 0);
+}
