@@ -33,6 +33,7 @@ struct Context {
     // Open autotune bundles; server.cpp sets the idle timeout and sweeps it.
     BundleRegistry bundles{std::chrono::seconds(600)};
     asio::thread_pool* blocking = nullptr;
+    asio::thread_pool* hashing = nullptr; // HASH_FILES' (file_hashes.cpp)
     // HASH_FILES' cache and pt2cache-cxx's counters (docs/cxx.md).
     FileHashCache file_hashes;
     CompileCounters compile;

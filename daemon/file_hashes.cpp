@@ -273,8 +273,9 @@ serve_hash_files(Context& context, std::span<const std::byte> body, bool peer_sh
         co_return proto::encode_hash_files_body(skipped);
     }
     const auto deadline = std::chrono::steady_clock::now() + hash_request_budget();
-    auto hashes = co_await offload(*context.blocking,
-                                   [&] { return context.file_hashes.hash_all(*paths, deadline); });
+    auto& pool = context.hashing != nullptr ? *context.hashing : *context.blocking;
+    auto hashes =
+        co_await offload(pool, [&] { return context.file_hashes.hash_all(*paths, deadline); });
     co_return proto::encode_hash_files_body(hashes);
 }
 

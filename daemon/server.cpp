@@ -85,6 +85,7 @@ public:
         , m_io(1)
         , m_loops(make_loops(m_loaded.config.io_threads))
         , m_blocking(m_loaded.config.blocking_threads)
+        , m_hashing(k_hashing_threads)
         , m_acceptor(m_io)
         , m_signals(m_io, SIGINT, SIGTERM, SIGHUP)
         , m_idle_timer(m_io)
@@ -141,6 +142,11 @@ private:
     std::vector<asio::executor_work_guard<asio::io_context::executor_type>> m_loop_guards;
     std::size_t m_next_loop = 0;
     asio::thread_pool m_blocking;
+    // HASH_FILES' own workers: a request may hash for up to 2 s, and a few
+    // such requests on m_blocking kept every disk get and put waiting (a
+    // review: 2 s for a 100 KiB GET).
+    static constexpr std::size_t k_hashing_threads = 2;
+    asio::thread_pool m_hashing;
     UnixAcceptor m_acceptor;
     asio::signal_set m_signals;
     asio::steady_timer m_idle_timer;
@@ -176,6 +182,7 @@ int Server::run() {
         log.warn("{}", fit_warning);
     }
     m_context.blocking = &m_blocking;
+    m_context.hashing = &m_hashing;
     // Before the store touches the cache directory (its startup scan may
     // compact small.mdb): a second daemon on the same socket or the same
     // cache is refused here, with nothing of the first one's touched.
@@ -222,6 +229,7 @@ int Server::run() {
     }
     m_metrics.reset();
     m_blocking.join();
+    m_hashing.join();
     // The queued writes go to disk first (DiskTier's destructor), then the
     // socket and the locks: a daemon started meanwhile is refused until
     // they are written, rather than reading the cache beside them.

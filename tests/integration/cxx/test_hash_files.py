@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 
 import pytest
@@ -100,3 +101,47 @@ def test_a_file_whose_size_stat_does_not_know_is_read_in_chunks(daemon):
     took = time.monotonic() - started
     assert status == OK and size > 1_000_000, (status, size)
     assert took < 1.5, took
+
+
+def test_hashing_never_takes_the_workers_of_gets_and_puts(daemon, tmp_root):
+    """Six clients hash a 1 GiB file named 4096 times per request, its mtime
+    kept fresh (never cached, so each request hashes for its whole 2 s
+    budget). They shared the worker pool with every disk get and put, and a
+    client putting and getting 100 KiB values (too large for the I/O
+    thread's quick path) waited up to 2 s (a review). Hashing has threads of
+    its own now."""
+    big = tmp_root / "big"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)  # sparse: read as zeros, quickly
+    stop = time.monotonic() + 5
+    requests = []
+
+    def hasher():
+        conn = NativeClient(daemon.socket, timeout=30)
+        while time.monotonic() < stop:
+            hash_files(conn, [big] * 4096)
+            requests.append(1)
+
+    def toucher():
+        while time.monotonic() < stop:
+            os.utime(big)
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=hasher) for _ in range(6)]
+    threads.append(threading.Thread(target=toucher))
+    for t in threads:
+        t.start()
+    time.sleep(1)  # every hashing thread busy
+    victim = NativeClient(daemon.socket, timeout=30)
+    value = b"v" * (100 << 10)
+    slowest = 0.0
+    while time.monotonic() < stop - 0.5:
+        started = time.monotonic()
+        assert victim.put("pgo", b"victim", value) == STATUS["ok"]
+        assert victim.get("pgo", b"victim") == (STATUS["ok"], value)
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.05)
+    for t in threads:
+        t.join(timeout=30)
+    assert len(requests) >= 6, "the hashing clients did not run"
+    assert slowest < 0.5, f"a put and get took {slowest:.2f} s beside the hashing"
