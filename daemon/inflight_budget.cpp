@@ -2,6 +2,7 @@
 #include "daemon/inflight_budget.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -37,18 +38,22 @@ void InflightBudget::end_wait(const void* lease) {
 bool InflightBudget::should_give_way(const void* lease) const {
     std::lock_guard lock(m_waiters_mutex);
     std::uint64_t waiting_held = 0;
-    const Waiter* least = nullptr;
+    const Waiter* most = nullptr;
     for (const Waiter& waiter : m_waiters) {
         waiting_held += waiter.held;
-        if (waiter.held > 0 && (least == nullptr || waiter.held < least->held ||
-                                (waiter.held == least->held && waiter.order > least->order))) {
-            least = &waiter;
+        if (waiter.held > 0 && (most == nullptr || waiter.held > most->held ||
+                                (waiter.held == most->held && waiter.order > most->order))) {
+            most = &waiter;
         }
     }
     // Bytes held by a request still arriving, or one being served, come back
     // without anyone giving way.
-    return least != nullptr && least->lease == lease && waiting_held >= in_use();
+    return most != nullptr && most->lease == lease && waiting_held >= in_use();
 }
+
+namespace {
+constexpr std::chrono::milliseconds k_longest_pause{50}; // between a waiter's looks for room
+} // namespace
 
 awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::milliseconds patience) {
     if (bytes <= m_bytes) {
@@ -73,8 +78,9 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
     asio::steady_timer timer(co_await asio::this_coro::executor);
     const auto deadline = std::chrono::steady_clock::now() + patience;
     auto pause = std::chrono::milliseconds(1);
-    // Told to give way twice in a row (a pause apart): not a passing state.
-    int told = 0;
+    // Told to give way for longer than the longest pause: every other
+    // waiter has looked for room meanwhile, so it is no passing state.
+    std::optional<std::chrono::steady_clock::time_point> told_since;
     while (std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(pause);
         boost::system::error_code ec;
@@ -83,12 +89,16 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
             m_bytes = bytes;
             co_return true;
         }
-        told = m_budget.should_give_way(this) ? told + 1 : 0;
-        if (told == 2) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!m_budget.should_give_way(this)) {
+            told_since.reset();
+        } else if (!told_since) {
+            told_since = now;
+        } else if (now - *told_since > 2 * k_longest_pause) {
             m_gave_way = true;
             co_return false;
         }
-        pause = std::min(pause * 2, std::chrono::milliseconds(50));
+        pause = std::min(pause * 2, k_longest_pause);
     }
     co_return false;
 }
@@ -96,7 +106,7 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
 std::string refusal_reason(const InflightLease& lease) {
     if (lease.gave_way()) {
         return "while every request holding some of it waited for more (this one, holding the "
-               "least, gave way)";
+               "most, gave way)";
     }
     return fmt::format("within {} s", k_inflight_patience.count() / 1000);
 }

@@ -33,10 +33,11 @@ public:
 
     // Leases waiting for room, with what each holds. When every byte in use
     // is held by one of them, none can finish before another gives up: the
-    // one holding the least (of those holding any; the latest of equals)
-    // is told to, so that the others go on instead of all waiting out
-    // their patience. Several large requests arriving together no longer
-    // hold the whole budget between them until each is refused in turn.
+    // one holding the most (the latest of equals) is told to, so that the
+    // others go on instead of all waiting out their patience. Several large
+    // requests arriving together no longer hold the whole budget between
+    // them until each is refused in turn; the largest, which may never fit,
+    // goes first, rather than a smaller one that would.
     void begin_wait(const void* lease, std::uint64_t held);
     void end_wait(const void* lease);
     bool should_give_way(const void* lease) const;

@@ -156,6 +156,15 @@ NativeSession::receive_body(const proto::Header& header, std::span<const std::by
     if (!m_connection.send(m_out)) {
         co_return nullptr;
     }
+    if (length > m_context.inflight.limit()) {
+        // It could never fit: refused before others give way to it.
+        m_context.stats.daemon().inflight_refused++;
+        fail(header, {Status::busy,
+                      fmt::format("this {} byte frame is longer than daemon.max_inflight_bytes "
+                                  "({} bytes)",
+                                  length, m_context.inflight.limit())});
+        co_return nullptr;
+    }
     std::size_t filled = first.size();
     while (filled < length) {
         // At most double what arrived, and at least a step: memory follows

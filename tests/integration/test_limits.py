@@ -232,7 +232,7 @@ def test_inflight_budget_makes_a_large_request_wait(make_daemon):
     d = make_daemon("--set", "daemon.max_inflight_bytes=4MiB")
     healthy = NativeClient(d.socket)
     hog = NativeClient(d.socket)
-    hog.send(HEADER.pack(MAGIC, OP["put"], 0, 1, PUT_OVERHEAD + (8 << 20)) +
+    hog.send(HEADER.pack(MAGIC, OP["put"], 0, 1, PUT_OVERHEAD + int(3.5 * (1 << 20))) +
              key_body("pgo", b"hog") + b"\0" * 8 + os.urandom(int(2.5 * (1 << 20))))
     wait_for(lambda: healthy.stats()["daemon"]["inflight_bytes"] >= 2 << 20, timeout=5,
              what="the hog's body to be leased")
@@ -250,7 +250,9 @@ def test_inflight_budget_makes_a_large_request_wait(make_daemon):
     assert healthy.stats()["daemon"]["inflight_refused"] == 0
 
 
-def test_inflight_budget_refuses_after_waiting(make_daemon):
+def test_inflight_budget_refuses_a_frame_longer_than_it(make_daemon):
+    """A frame longer than the whole budget can never fit: refused at once
+    (it waited 10 s), before requests that fit give way to it."""
     d = make_daemon("--set", "daemon.max_inflight_bytes=2MiB")
     healthy = NativeClient(d.socket)
     writer = NativeClient(d.socket, timeout=30)
@@ -272,7 +274,7 @@ def test_large_requests_arriving_together_do_not_wait_each_other_out(make_daemon
     """Four 12 MiB PUTs at once against a 24 MiB budget: each took part of it
     and waited for the rest, and nothing was answered until the first one's
     10 s ran out (a review: 0 puts done in 50 s under a steady load). Now the
-    one holding the least gives way at once, and the others finish."""
+    one holding the most gives way, and the others finish."""
     d = make_daemon("--set", "daemon.max_inflight_bytes=24MiB")
     healthy = NativeClient(d.socket)
     values = [os.urandom(12 << 20) for _ in range(4)]
@@ -296,6 +298,41 @@ def test_large_requests_arriving_together_do_not_wait_each_other_out(make_daemon
         if status == STATUS["ok"]:
             assert healthy.get("pgo", b"big%d" % i) == (STATUS["ok"], values[i])
     assert healthy.stats()["daemon"]["inflight_bytes"] == 0
+
+
+def test_a_request_that_fits_is_not_refused_for_one_that_never_will(make_daemon):
+    """RESP: a 3 MiB SET arriving in steps beside a 20 MiB SET, against an 8
+    MiB budget (a review of the rule above, when the one holding the least
+    gave way: the 3 MiB SET was refused, then the 20 MiB one anyway). The
+    one holding the most gives way now: the 20 MiB SET, which never fits."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
+    replies = {}
+
+    def client(name: bytes, size: int, chunk: int, gap: float, delay: float):
+        time.sleep(delay)
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(d.socket))
+        message = (b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, size) +
+                   os.urandom(size) + b"\r\n")
+        try:
+            for at in range(0, len(message), chunk):
+                c.sendall(message[at:at + chunk])
+                time.sleep(gap)
+            c.settimeout(30)
+            replies[name] = c.recv(100) or b"closed"
+        except OSError:
+            replies[name] = b"closed"
+        c.close()
+
+    threads = [threading.Thread(target=client, args=(b"fits", 3 << 20, 256 << 10, 0.02, 0)),
+               threading.Thread(target=client, args=(b"never", 20 << 20, 1 << 20, 0, 0.05))]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert replies == {b"fits": b"+OK\r\n", b"never": b"closed"}, replies
+    assert time.monotonic() - started < 5
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:
