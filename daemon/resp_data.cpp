@@ -243,7 +243,8 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
     // sixty 48 MiB values kept on disk held all of them (3 GB).
     std::vector<std::optional<store::Entry>> entries;
     std::vector<std::size_t> missing;
-    for (std::size_t from = 1; from < args.size();) {
+    bool begun = false; // part of the reply is out
+    for (std::size_t from = 1; from < args.size(); from += k_keys_per_task) {
         const std::size_t to = std::min(args.size(), from + k_keys_per_task);
         entries.assign(to - from, std::nullopt);
         missing.clear();
@@ -256,58 +257,67 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
                 }
             }
         }
-        std::size_t end = to; // the slice is [from, end)
-        if (!missing.empty()) {
-            const auto fetched =
-                co_await offload(*m_context.blocking, [&]() -> std::optional<std::size_t> {
-                    std::uint64_t bytes = 0;
-                    for (const std::size_t i : missing) {
-                        if (bytes >= k_mget_slice_bytes) {
-                            return i;
+        // Sent in parts: each ends after k_mget_slice_bytes fetched.
+        std::size_t sent = from; // the first key whose entry is not sent
+        std::size_t fetched = 0; // how many of `missing` are fetched
+        while (sent < to) {
+            std::size_t end = to;
+            if (fetched < missing.size()) {
+                const auto upto =
+                    co_await offload(*m_context.blocking, [&]() -> std::optional<std::size_t> {
+                        std::uint64_t bytes = 0;
+                        for (std::size_t m = fetched; m < missing.size(); ++m) {
+                            if (bytes >= k_mget_slice_bytes) {
+                                return m;
+                            }
+                            const std::size_t i = missing[m];
+                            const auto mapped = map_key(args[i]);
+                            auto found = store.get(mapped->ns, mapped->key);
+                            if (!found) {
+                                return std::nullopt;
+                            }
+                            bytes += *found ? (*found)->value.size() : 0;
+                            entries[i - from] = std::move(*found);
                         }
-                        const auto mapped = map_key(args[i]);
-                        auto found = store.get(mapped->ns, mapped->key);
-                        if (!found) {
-                            return std::nullopt;
-                        }
-                        bytes += *found ? (*found)->value.size() : 0;
-                        entries[i - from] = std::move(*found);
-                    }
-                    return to;
-                });
-            if (!fetched) {
-                if (from == 1) {
+                        return missing.size();
+                    });
+                if (!upto && !begun) {
                     co_return refuse("MGET", "storage error");
                 }
-                // Part of the array has gone out: it cannot be finished.
-                logger("session").warn("[{}] MGET: storage error after {} of {} keys; closing",
-                                       m_connection.id(), from - 1, args.size() - 1);
-                co_return Next::close;
+                if (!upto) {
+                    // Part of the array has gone out: it cannot be finished.
+                    logger("session").warn("[{}] MGET: storage error after {} of {} keys; "
+                                           "closing",
+                                           m_connection.id(), sent - 1, args.size() - 1);
+                    co_return Next::close;
+                }
+                fetched = *upto;
+                end = fetched < missing.size() ? missing[fetched] : to;
             }
-            end = *fetched;
-        }
-        Writer reply(m_out.bytes(), m_version);
-        if (from == 1) {
-            reply.array(args.size() - 1);
-        }
-        for (std::size_t i = from; i < end; ++i) {
-            auto& entry = entries[i - from];
-            if (!entry) {
-                reply.null();
-            } else {
-                reply.bulk_header(entry->value.size());
-                m_out.append_blob(std::move(entry->value));
-                reply.crlf();
+            Writer reply(m_out.bytes(), m_version);
+            if (!begun) {
+                reply.array(args.size() - 1);
+                begun = true;
+            }
+            for (std::size_t i = sent; i < end; ++i) {
+                auto& entry = entries[i - from];
+                if (!entry) {
+                    reply.null();
+                } else {
+                    reply.bulk_header(entry->value.size());
+                    m_out.append_blob(std::move(entry->value));
+                    reply.crlf();
+                }
+            }
+            sent = end;
+            // A large reply goes out as it is built, as a pipeline's does.
+            if (m_connection.needs_room(m_out)) {
+                const bool room = co_await m_connection.make_room(m_out);
+                if (!room) {
+                    co_return Next::close;
+                }
             }
         }
-        // A large reply goes out as it is built, as a pipeline's does.
-        if (m_connection.needs_room(m_out)) {
-            const bool room = co_await m_connection.make_room(m_out);
-            if (!room) {
-                co_return Next::close;
-            }
-        }
-        from = end;
     }
     co_return Next::keep;
 }

@@ -303,20 +303,43 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         entry.created_ms = now_ms();
     }
     const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
+    const bool conditional = mode == PutMode::only_if_present || expiry == PutExpiry::keep_stored;
+    const bool keep = expiry == PutExpiry::keep_stored;
+    // Redis is asked before the key's lock is taken (its round trip must not
+    // hold up the stripe's other puts), and only when the local tiers hold
+    // nothing: what it holds is not decided atomically with the put anyway.
+    std::optional<tl::expected<std::optional<UnixMs>, StoreError>> from_remote;
+    if (conditional && remote_serves(*policy, ns)) {
+        bool held_locally = false;
+        if (local) {
+            const auto held = local_expiry(ns, key, false);
+            held_locally = held && held->has_value();
+        }
+        if (!held_locally) {
+            from_remote = remote_expiry(ns, key);
+        }
+    }
     std::optional<WriteScope> write;
     if (local) {
         write.emplace(*this, stripe_of(ns, key));
     }
-    if (mode == PutMode::only_if_present || expiry == PutExpiry::keep_stored) {
-        auto current = current_entry(*policy, ns, key, local);
+    if (conditional) {
+        // The expiry time of the entry replaced (0: none); nullopt: none.
+        tl::expected<std::optional<UnixMs>, StoreError> current = std::nullopt;
+        if (local) {
+            current = local_expiry(ns, key, keep);
+        }
+        if (current && !*current && from_remote) {
+            current = std::move(*from_remote);
+        }
         if (!current) {
             return tl::make_unexpected(std::move(current.error()));
         }
         if (mode == PutMode::only_if_present && !*current) {
             return PutOutcome::not_stored;
         }
-        if (expiry == PutExpiry::keep_stored) {
-            entry.expires_ms = *current ? (*current)->expires_ms : 0;
+        if (keep) {
+            entry.expires_ms = current->value_or(0);
         }
     }
     tl::expected<void, StoreError> local_result;
@@ -352,28 +375,41 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
     return PutOutcome::stored;
 }
 
-tl::expected<std::optional<Entry>, StoreError> Store::current_entry(const StorePolicy& policy,
-                                                                    std::string_view ns,
-                                                                    std::string_view key,
-                                                                    bool local) {
-    if (local && m_memory_on != nullptr) {
+tl::expected<std::optional<UnixMs>, StoreError>
+Store::local_expiry(std::string_view ns, std::string_view key, bool exact) {
+    if (m_memory_on != nullptr) {
         if (auto entry = m_memory_on->lookup(ns, key)) {
-            return entry;
+            return entry->expires_ms;
         }
     }
-    if (local && m_disk_on != nullptr) {
-        auto entry = m_disk_on->peek(ns, key);
-        if (!entry || *entry) {
-            return entry;
-        }
+    if (m_disk_on == nullptr) {
+        return std::nullopt;
     }
-    if (remote_serves(policy, ns)) {
-        auto entry = m_remote->get(ns, key);
-        if (entry || entry.error().failure != Failure::unavailable) {
-            return entry;
+    if (!exact) {
+        // Presence only: the entry's header, not its value.
+        auto found = m_disk_on->exists(ns, key);
+        if (!found) {
+            return tl::make_unexpected(std::move(found.error()));
         }
+        return *found ? std::optional<UnixMs>(0) : std::nullopt;
     }
-    return std::nullopt;
+    auto entry = m_disk_on->peek(ns, key);
+    if (!entry) {
+        return tl::make_unexpected(std::move(entry.error()));
+    }
+    return *entry ? std::optional<UnixMs>((*entry)->expires_ms) : std::nullopt;
+}
+
+tl::expected<std::optional<UnixMs>, StoreError> Store::remote_expiry(std::string_view ns,
+                                                                     std::string_view key) {
+    auto entry = m_remote->get(ns, key);
+    if (!entry) {
+        if (entry.error().failure == Failure::unavailable) {
+            return std::nullopt;
+        }
+        return tl::make_unexpected(std::move(entry.error()));
+    }
+    return *entry ? std::optional<UnixMs>((*entry)->expires_ms) : std::nullopt;
 }
 
 std::optional<tl::expected<PutOutcome, StoreError>>

@@ -198,12 +198,16 @@ private:
         std::atomic<std::uint64_t> ended{0};
     };
     class WriteScope;
-    // The live entry a conditional put looks at (only_if_present,
-    // keep_stored): the local tiers', else Redis's, asked directly (a
-    // single flight's leader may be waiting for the caller's write lock to
-    // backfill). Counts nothing.
-    tl::expected<std::optional<Entry>, StoreError>
-    current_entry(const StorePolicy& policy, std::string_view ns, std::string_view key, bool local);
+    // What a conditional put (only_if_present, keep_stored) looks at: the
+    // expiry time (0: none) of the live entry of the local tiers, nullopt
+    // when there is none; `exact` false: any value for a live disk entry
+    // (its header is read, not its value). Counts nothing.
+    tl::expected<std::optional<UnixMs>, StoreError> local_expiry(std::string_view ns,
+                                                                 std::string_view key, bool exact);
+    // The same of Redis's entry, asked directly (not through a single
+    // flight, whose leader may backfill); unavailable counts as none.
+    tl::expected<std::optional<UnixMs>, StoreError> remote_expiry(std::string_view ns,
+                                                                  std::string_view key);
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
     // begin_write unless the stripe's mutex is held (another write, or a

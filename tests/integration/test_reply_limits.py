@@ -267,3 +267,31 @@ def test_a_client_leaving_a_large_reply_unread_is_closed(make_daemon):
     stats.send(command(b"PING"))
     assert stats.sock.recv(16) == b"+PONG\r\n"
     assert "of replies; closing" in d.log()
+
+
+def test_an_mget_cut_into_slices_looks_each_key_up_once(make_daemon):
+    """Four 16 MiB values on disk (each a slice of its own) and 100 in
+    memory, in one MGET: the memory tier counts 100 hits. Each slice cut
+    short looked the rest of its 512 keys up again (a re-review: 800)."""
+    d = make_daemon("--set", "memory.max_size=8MiB")
+    keys = fill_with_large_values(d, 4, 16 << 20)
+    setter = RawConnection(d.socket)
+    small = [b"m%d" % i for i in range(100)]
+    for key in small:
+        setter.send(command(b"SET", key, key))
+        assert setter.sock.recv(16) == b"+OK\r\n"
+    hits = lambda: d.stats()["namespaces"]["redis"]["memory"]["hits"]  # noqa: E731
+    before = hits()
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    c.sendall(command(b"MGET", *keys, *small))
+    expected = (b"*104\r\n" + b"$%d\r\n%s\r\n" % (16 << 20, b"\0" * (16 << 20)) * 4 +
+                b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in small))
+    got = bytearray()
+    c.settimeout(30)
+    while len(got) < len(expected):
+        chunk = c.recv(1 << 20)
+        assert chunk, "closed before the whole reply"
+        got.extend(chunk)
+    assert got == expected
+    assert hits() - before == 100

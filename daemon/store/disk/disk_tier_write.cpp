@@ -263,6 +263,9 @@ tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string
         const SmallKeyRef keys[] = {{ns, id}};
         auto erased = m_small->erase(keys);
         if (!erased) {
+            // The newer queued write is gone: the copy it replaced must
+            // never be served again (a full filesystem fails LMDB's deletes).
+            forget_replaced(ns, id);
             return tl::make_unexpected(io_error(std::move(erased.error())));
         }
         removed = *erased > 0;
