@@ -203,6 +203,17 @@ def test_a_client_reading_steadily_is_never_taken_for_stalled(make_daemon):
     assert d.stats()["daemon"]["stalled_requests"] == 0
 
 
+def receive(c: socket.socket, size: int) -> bytes:
+    """`size` bytes from `c`, within 30 s each read."""
+    got = bytearray()
+    c.settimeout(30)
+    while len(got) < size:
+        chunk = c.recv(1 << 20)
+        assert chunk, "closed before the whole reply"
+        got.extend(chunk)
+    return bytes(got)
+
+
 def fill_with_large_values(d, count: int, size: int) -> list[bytes]:
     """`count` values of `size` zero bytes (tiny on disk), written to disk."""
     keys = [b"large%d" % i for i in range(count)]
@@ -235,13 +246,7 @@ def test_an_mget_of_large_values_on_disk_holds_a_slice_of_them(make_daemon):
     assert (peak - rss_before) << 10 < 96 << 20, f"{peak - rss_before} KiB held"
     reply = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
     expected = b"*16\r\n" + reply * 16
-    got = bytearray()
-    c.settimeout(30)
-    while len(got) < len(expected):
-        chunk = c.recv(1 << 20)
-        assert chunk, "closed before the whole reply"
-        got.extend(chunk)
-    assert got == expected
+    assert receive(c, len(expected)) == expected
     c.close()
 
 
@@ -287,11 +292,5 @@ def test_an_mget_cut_into_slices_looks_each_key_up_once(make_daemon):
     c.sendall(command(b"MGET", *keys, *small))
     expected = (b"*104\r\n" + b"$%d\r\n%s\r\n" % (16 << 20, b"\0" * (16 << 20)) * 4 +
                 b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in small))
-    got = bytearray()
-    c.settimeout(30)
-    while len(got) < len(expected):
-        chunk = c.recv(1 << 20)
-        assert chunk, "closed before the whole reply"
-        got.extend(chunk)
-    assert got == expected
+    assert receive(c, len(expected)) == expected
     assert hits() - before == 100
