@@ -50,11 +50,19 @@ def test_a_remote_miss_is_a_miss(remote_daemon, redis_server):
     # ms this once counted no miss in a CI run (not reproduced in 20 runs
     # since, loaded or not); a stall past a timeout answers MISS too but
     # counts a timeout. The counters now show in the failure message.
+    # It failed once more on 2026-11-30, in a full tools/test run beside the
+    # other suites (the counters cut short by pytest): the message is the
+    # whole dict now. A first GET that timed out or failed on a loaded
+    # machine is answered MISS as well and counted as such; the second must
+    # count the miss.
     d = remote_daemon(op_ms=3000, connect_ms=3000)
     _, inner = fx_key("nothing")
     assert Native(d.socket).get("fx-graph", inner) == (MISS, b"")
     stats = remote_stats(d)
-    assert stats["misses"] == 1, stats
+    if stats["misses"] == 0 and stats["timeouts"] + stats["errors"] == 1:
+        assert Native(d.socket).get("fx-graph", inner) == (MISS, b"")
+        stats = remote_stats(d)
+    assert stats["misses"] == 1, f"{stats}"
 
 
 def test_plain_pytorch_reads_what_pt2cached_writes(remote_daemon, redis_server, tmp_root):
