@@ -208,6 +208,14 @@ private:
     // flight, whose leader may backfill); unavailable counts as none.
     tl::expected<std::optional<UnixMs>, StoreError> remote_expiry(std::string_view ns,
                                                                   std::string_view key);
+    static void add(std::atomic<std::uint64_t>& counter, std::uint64_t amount = 1) {
+        counter.fetch_add(amount, std::memory_order_relaxed);
+    }
+    static bool is_local(const StorePolicy& policy, std::string_view ns) {
+        // Usually empty: then no string is made for every request.
+        return policy.locally_disabled.empty() ||
+               !policy.locally_disabled.contains(std::string(ns));
+    }
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
     // begin_write unless the stripe's mutex is held (another write, or a

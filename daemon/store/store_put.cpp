@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: MIT
+//
+// Store's puts: the general one (conditional ones decided under the key's
+// write lock), the I/O threads' quick ones, and Redis's write-behind.
+#include <bitset>
+
+#include "daemon/store/log.hpp"
+#include "daemon/store/store.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace pt2cache::daemon::store {
+
+tl::expected<void, StoreError> Store::put_local(std::string_view ns, std::string_view key,
+                                                const Entry& entry) {
+    NamespaceCounters& counters = m_stats.ns(ns);
+    if (m_memory_on != nullptr) {
+        m_memory_on->put(ns, key, entry);
+        add(counters.tier(TierId::memory).puts);
+        add(counters.tier(TierId::memory).bytes_in, entry.value.size());
+    }
+    if (m_disk_on != nullptr) {
+        auto stored = m_disk_on->put(ns, key, entry);
+        if (!stored) {
+            add(counters.tier(TierId::disk).errors);
+            logger().warn("disk put {}/{:?} failed: {}", ns, key, stored.error().message);
+            return stored;
+        }
+        add(counters.tier(TierId::disk).puts);
+        add(counters.tier(TierId::disk).bytes_in, entry.value.size());
+    }
+    return {};
+}
+
+tl::expected<void, StoreError> Store::check_value_size(const StorePolicy& policy,
+                                                       const Entry& entry) {
+    if (entry.value.size() > policy.max_value_size) {
+        return tl::make_unexpected(StoreError{
+            Failure::too_large, fmt::format("value of {} bytes exceeds the limit of {} bytes",
+                                            entry.value.size(), policy.max_value_size)});
+    }
+    return {};
+}
+
+tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string_view key,
+                                                Entry entry, PutMode mode, PutExpiry expiry) {
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
+    if (auto refused = check_value_size(*policy, entry); !refused) {
+        return tl::make_unexpected(std::move(refused.error()));
+    }
+    const bool remote = remote_serves(*policy, ns) && !policy->remote_read_only;
+    if (policy->force_disable) {
+        count_force_disabled_put(ns, is_local(*policy, ns), remote);
+        return PutOutcome::stored;
+    }
+    if (entry.created_ms == 0) {
+        entry.created_ms = now_ms();
+    }
+    const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
+    const bool conditional = mode == PutMode::only_if_present || expiry == PutExpiry::keep_stored;
+    const bool keep = expiry == PutExpiry::keep_stored;
+    // Redis is asked before the key's lock is taken (its round trip must not
+    // hold up the stripe's other puts), and only when the local tiers hold
+    // nothing: what it holds is not decided atomically with the put anyway.
+    std::optional<tl::expected<std::optional<UnixMs>, StoreError>> from_remote;
+    if (conditional && remote_serves(*policy, ns)) {
+        bool held_locally = false;
+        if (local) {
+            const auto held = local_expiry(ns, key, false);
+            held_locally = held && held->has_value();
+        }
+        if (!held_locally) {
+            from_remote = remote_expiry(ns, key);
+        }
+    }
+    std::optional<WriteScope> write;
+    if (local) {
+        write.emplace(*this, stripe_of(ns, key));
+    }
+    if (conditional) {
+        // The expiry time of the entry replaced (0: none); nullopt: none.
+        tl::expected<std::optional<UnixMs>, StoreError> current = std::nullopt;
+        if (local) {
+            current = local_expiry(ns, key, keep);
+        }
+        if (current && !*current && from_remote) {
+            current = std::move(*from_remote);
+        }
+        if (!current) {
+            return tl::make_unexpected(std::move(current.error()));
+        }
+        if (mode == PutMode::only_if_present && !*current) {
+            return PutOutcome::not_stored;
+        }
+        if (keep) {
+            entry.expires_ms = current->value_or(0);
+        }
+    }
+    tl::expected<void, StoreError> local_result;
+    if (local) {
+        if (mode == PutMode::only_if_absent) {
+            if (m_memory_on != nullptr && m_memory_on->contains(ns, key)) {
+                return PutOutcome::not_stored;
+            }
+            if (m_disk_on != nullptr) {
+                const auto exists = m_disk_on->exists(ns, key);
+                if (exists && *exists) {
+                    return PutOutcome::not_stored;
+                }
+                if (!exists) {
+                    add(m_stats.tier(ns, TierId::disk).errors);
+                    logger().warn("disk exists {}/{:?} failed: {}", ns, key,
+                                  exists.error().message);
+                }
+            }
+        }
+        local_result = put_local(ns, key, entry);
+        write.reset();
+    }
+    if (remote) {
+        auto stored = put_remote(ns, key, entry);
+        if (!stored && !local) {
+            return tl::make_unexpected(std::move(stored.error()));
+        }
+    }
+    if (!local_result) {
+        return tl::make_unexpected(std::move(local_result.error()));
+    }
+    return PutOutcome::stored;
+}
+
+tl::expected<std::optional<UnixMs>, StoreError>
+Store::local_expiry(std::string_view ns, std::string_view key, bool exact) {
+    if (m_memory_on != nullptr) {
+        if (auto entry = m_memory_on->lookup(ns, key)) {
+            return entry->expires_ms;
+        }
+    }
+    if (m_disk_on == nullptr) {
+        return std::nullopt;
+    }
+    if (!exact) {
+        // Presence only: the entry's header, not its value.
+        auto found = m_disk_on->exists(ns, key);
+        if (!found) {
+            return tl::make_unexpected(std::move(found.error()));
+        }
+        return *found ? std::optional<UnixMs>(0) : std::nullopt;
+    }
+    auto entry = m_disk_on->peek(ns, key);
+    if (!entry) {
+        return tl::make_unexpected(std::move(entry.error()));
+    }
+    return *entry ? std::optional<UnixMs>((*entry)->expires_ms) : std::nullopt;
+}
+
+tl::expected<std::optional<UnixMs>, StoreError> Store::remote_expiry(std::string_view ns,
+                                                                     std::string_view key) {
+    auto entry = m_remote->get(ns, key);
+    if (!entry) {
+        if (entry.error().failure == Failure::unavailable) {
+            return std::nullopt;
+        }
+        return tl::make_unexpected(std::move(entry.error()));
+    }
+    return *entry ? std::optional<UnixMs>((*entry)->expires_ms) : std::nullopt;
+}
+
+std::optional<tl::expected<PutOutcome, StoreError>>
+Store::put_quick(std::string_view ns, std::string_view key, const Entry& entry, PutMode mode) {
+    if (mode != PutMode::overwrite) {
+        return std::nullopt;
+    }
+    const QuickPut put{ns, key, entry};
+    if (put_quick_many(std::span(&put, 1)) == 0) {
+        return std::nullopt;
+    }
+    return PutOutcome::stored;
+}
+
+std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
+    if (policy->force_disable || (m_memory_on == nullptr && m_disk_on == nullptr)) {
+        return 0;
+    }
+    std::size_t count = 0;
+    while (count < puts.size() && puts[count].entry.created_ms != 0 &&
+           puts[count].entry.value.size() <= policy->max_value_size &&
+           is_local(*policy, puts[count].ns)) {
+        ++count;
+    }
+    if (m_disk_on != nullptr && !m_disk_on->async_writes()) {
+        return 0; // the disk writes in the caller's thread: not here
+    }
+    // Each stripe once (its mutex is not recursive), only tried: a stripe
+    // another write holds leaves the rest of the run to the worker path.
+    thread_local std::vector<std::size_t> stripes; // kept: no allocation per pipeline
+    stripes.clear();
+    std::bitset<k_stripe_count> held;
+    std::size_t taken = 0;
+    for (const QuickPut& put : puts.first(count)) {
+        const auto stripe = stripe_of(put.ns, put.key);
+        if (!held[stripe]) {
+            if (!try_begin_write(stripe)) {
+                break;
+            }
+            held[stripe] = true;
+            stripes.push_back(stripe);
+        }
+        ++taken;
+    }
+    count = taken;
+    if (m_disk_on != nullptr) {
+        // First, so that a full write queue leaves the rest undone.
+        count = m_disk_on->try_put_many(puts.first(count));
+    }
+    puts = puts.first(count);
+    if (m_memory_on != nullptr) {
+        m_memory_on->put_many(puts);
+    }
+    for (const auto stripe : stripes) {
+        end_write(stripe);
+    }
+    for (const QuickPut& put : puts) {
+        NamespaceCounters& counters = m_stats.ns(put.ns);
+        const std::uint64_t size = put.entry.value.size();
+        if (m_disk_on != nullptr) {
+            add(counters.tier(TierId::disk).puts);
+            add(counters.tier(TierId::disk).bytes_in, size);
+        }
+        if (m_memory_on != nullptr) {
+            add(counters.tier(TierId::memory).puts);
+            add(counters.tier(TierId::memory).bytes_in, size);
+        }
+        if (remote_serves(*policy, put.ns) && !policy->remote_read_only) {
+            // Counted there; the local tiers hold the entry.
+            (void)put_remote(put.ns, put.key, put.entry);
+        }
+    }
+    return count;
+}
+
+tl::expected<void, StoreError> Store::put_remote(std::string_view ns, std::string_view key,
+                                                 const Entry& entry) {
+    TierCounters& counters = m_stats.tier(ns, TierId::remote);
+    auto stored = m_remote->put(ns, key, entry);
+    if (stored) {
+        add(counters.puts);
+        add(counters.bytes_in, entry.value.size());
+    } else if (stored.error().failure != Failure::unavailable) {
+        add(counters.errors);
+        if (const auto left_out = m_remote_put_log.take()) {
+            logger().warn("{} put {}/{:?} failed: {}{}", m_remote->name(), ns, key,
+                          stored.error().message, left_out_note(*left_out));
+        }
+    }
+    return stored;
+}
+
+} // namespace pt2cache::daemon::store
