@@ -18,6 +18,7 @@
 #include "daemon/compile_stats.hpp"
 #include "daemon/file_hashes.hpp"
 #include "daemon/inflight_budget.hpp"
+#include "daemon/store/read_budget.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/store.hpp"
 #include "proto/frame.hpp"
@@ -48,6 +49,10 @@ struct Context {
     // connections, and daemon.max_reply_bytes (Connection::output_limit).
     std::atomic<std::uint64_t> queued_replies{0};
     std::atomic<std::uint64_t> max_reply_bytes{512ull << 20};
+    // Large values read from disk that replies still hold; its limit is
+    // daemon.max_reply_bytes too (store/read_budget.hpp). The disk tier
+    // shares it.
+    std::shared_ptr<store::ReadBudget> reads = std::make_shared<store::ReadBudget>(512ull << 20);
 
     // The native protocol's limits: max_value within what a frame carries.
     proto::Limits limits() const {

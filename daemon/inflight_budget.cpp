@@ -8,23 +8,6 @@
 
 namespace pt2cache::daemon {
 
-bool InflightBudget::try_take(std::uint64_t bytes) {
-    std::uint64_t used = m_in_use.load(std::memory_order_relaxed);
-    for (;;) {
-        const std::uint64_t limit = m_limit.load(std::memory_order_relaxed);
-        if (bytes > limit || used > limit - bytes) {
-            return false;
-        }
-        if (m_in_use.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) {
-            return true;
-        }
-    }
-}
-
-void InflightBudget::give_back(std::uint64_t bytes) {
-    m_in_use.fetch_sub(bytes, std::memory_order_relaxed);
-}
-
 void InflightBudget::begin_wait(const void* lease, std::uint64_t held) {
     std::lock_guard lock(m_waiters_mutex);
     m_waiters.push_back(Waiter{lease, held, m_next_order++});

@@ -15,21 +15,14 @@
 #include <vector>
 
 #include "daemon/asio.hpp"
+#include "daemon/store/byte_budget.hpp"
 
 namespace pt2cache::daemon {
 
-class InflightBudget {
+class InflightBudget : public store::ByteBudget {
 public:
     explicit InflightBudget(std::uint64_t limit = 2ull << 30)
-        : m_limit(limit) {}
-
-    void set_limit(std::uint64_t limit) { m_limit.store(limit, std::memory_order_relaxed); }
-    std::uint64_t limit() const { return m_limit.load(std::memory_order_relaxed); }
-    std::uint64_t in_use() const { return m_in_use.load(std::memory_order_relaxed); }
-
-    // Takes `bytes` if they fit under the limit now.
-    bool try_take(std::uint64_t bytes);
-    void give_back(std::uint64_t bytes);
+        : ByteBudget(limit) {}
 
     // Leases waiting for room, with what each holds. When every byte in use
     // is held by one of them, none can finish before another gives up: the
@@ -49,8 +42,6 @@ private:
         std::uint64_t order; // when it began to wait
     };
 
-    std::atomic<std::uint64_t> m_limit;
-    std::atomic<std::uint64_t> m_in_use{0};
     mutable std::mutex m_waiters_mutex;
     std::vector<Waiter> m_waiters; // a few, and only while the budget is full
     std::uint64_t m_next_order = 0;

@@ -112,6 +112,8 @@ constexpr Field k_daemon_fields[] = {
      "Requests refused: no room in daemon.max_inflight_bytes"},
     {"stalled_requests", "pt2cache_stalled_requests_total", "counter",
      "Connections closed: holding in-flight budget, under 64 KiB received or read in 10 s"},
+    {"reads_refused", "pt2cache_reads_refused_total", "counter",
+     "GETs refused: no room in daemon.max_reply_bytes for a large value on disk"},
     {"small_store_recoveries", "pt2cache_small_store_recoveries_total", "counter",
      "Unusable small.mdb files moved aside and replaced"},
     {"small_store_salvaged", "pt2cache_small_store_salvaged_total", "counter",
@@ -120,6 +122,8 @@ constexpr Field k_daemon_fields[] = {
     {"inflight_limit", "pt2cache_inflight_limit_bytes", "gauge", "daemon.max_inflight_bytes"},
     {"reply_bytes", "pt2cache_reply_bytes", "gauge", "Reply bytes queued for clients"},
     {"reply_limit", "pt2cache_reply_limit_bytes", "gauge", "daemon.max_reply_bytes"},
+    {"read_bytes", "pt2cache_read_bytes", "gauge",
+     "Bytes of large values read from disk that replies still hold"},
 };
 
 constexpr Field k_remote_fields[] = {

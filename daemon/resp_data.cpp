@@ -257,13 +257,15 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
                 }
             }
         }
-        // Sent in parts: each ends after k_mget_slice_bytes fetched.
+        // Sent in parts: each ends after k_mget_slice_bytes fetched, or at a
+        // large value finding no room in the read budget.
         std::size_t sent = from; // the first key whose entry is not sent
         std::size_t fetched = 0; // how many of `missing` are fetched
         while (sent < to) {
             std::size_t end = to;
             if (fetched < missing.size()) {
-                const auto upto =
+                bool busy = false;
+                auto upto =
                     co_await offload(*m_context.blocking, [&]() -> std::optional<std::size_t> {
                         std::uint64_t bytes = 0;
                         for (std::size_t m = fetched; m < missing.size(); ++m) {
@@ -273,6 +275,10 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
                             const std::size_t i = missing[m];
                             const auto mapped = map_key(args[i]);
                             auto found = store.get(mapped->ns, mapped->key);
+                            if (!found && found.error().failure == store::Failure::busy) {
+                                busy = true;
+                                return m;
+                            }
                             if (!found) {
                                 return std::nullopt;
                             }
@@ -281,6 +287,18 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
                         }
                         return missing.size();
                     });
+                if (busy && upto == fetched) {
+                    // The first of the slice: fetch() waits for room.
+                    const std::size_t i = missing[fetched];
+                    const auto mapped = map_key(args[i]);
+                    auto found = co_await fetch(m_context, mapped->ns, mapped->key);
+                    if (found) {
+                        entries[i - from] = std::move(*found);
+                        upto = fetched + 1;
+                    } else {
+                        upto.reset();
+                    }
+                }
                 if (!upto && !begun) {
                     co_return refuse("MGET", "storage error");
                 }

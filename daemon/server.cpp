@@ -176,6 +176,7 @@ int Server::run() {
     m_context.max_value = config.max_value_size;
     m_context.inflight.set_limit(config.max_inflight_bytes);
     m_context.max_reply_bytes = config.max_reply_bytes;
+    m_context.reads->set_limit(config.max_reply_bytes);
     std::string fit_warning;
     m_context.config.max_connections = fit_connection_limit(config.max_connections, fit_warning);
     if (!fit_warning.empty()) {
@@ -188,7 +189,7 @@ int Server::run() {
     // cache is refused here, with nothing of the first one's touched.
     const std::optional<int> inherited = inherited_listener();
     lock_instance(inherited.has_value());
-    m_context.store = make_store(m_context.config, m_context.stats);
+    m_context.store = make_store(m_context.config, m_context.stats, m_context.reads);
     set_bundle_timeout(config.bundle_idle_timeout_s);
     m_context.touch();
 
@@ -441,6 +442,7 @@ void Server::apply_reload(const tl::expected<config::Loaded, config::ConfigError
     m_context.max_value = fresh.max_value_size;
     m_context.inflight.set_limit(fresh.max_inflight_bytes);
     m_context.max_reply_bytes = fresh.max_reply_bytes;
+    m_context.reads->set_limit(fresh.max_reply_bytes);
     m_context.store->set_policy(store_policy(fresh));
     set_bundle_timeout(fresh.bundle_idle_timeout_s);
     for (const auto& warning : loaded->warnings) {

@@ -19,6 +19,7 @@ nlohmann::json stats_report(Context& context) {
     report["daemon"]["inflight_limit"] = context.inflight.limit();
     report["daemon"]["reply_bytes"] = context.queued_replies.load();
     report["daemon"]["reply_limit"] = context.max_reply_bytes.load();
+    report["daemon"]["read_bytes"] = context.reads->in_use();
     const auto bundle_refusals = context.bundles.refusals();
     report["bundles"] = {{"open", context.bundles.size()},
                          {"bytes", context.bundles.bytes()},

@@ -161,7 +161,8 @@ std::unique_ptr<store::Tier> make_remote(const config::Config& config, store::St
 
 } // namespace
 
-std::unique_ptr<store::Store> make_store(const config::Config& config, store::Stats& stats) {
+std::unique_ptr<store::Store> make_store(const config::Config& config, store::Stats& stats,
+                                         std::shared_ptr<store::ReadBudget> reads) {
     std::unique_ptr<store::MemoryTier> memory;
     if (config.memory_max_size > 0) {
         memory = std::make_unique<store::MemoryTier>(config.memory_max_size, stats,
@@ -183,6 +184,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.compress_threshold = config.compress_threshold;
         options.compress_level = config.compress_level;
         options.small_entry_max = config.disk_small_entry_max;
+        options.read_budget = std::move(reads);
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
             options.write_queue_bytes = config.disk_write_queue_size;

@@ -61,7 +61,26 @@ public:
     }
 
     // True when both views share one buffer (used by tests of zero-copy hits).
-    bool shares_buffer_with(const Blob& other) const { return m_owner == other.m_owner; }
+    bool shares_buffer_with(const Blob& other) const {
+        return without_charge().m_owner == other.without_charge().m_owner;
+    }
+
+    // A view of the same bytes that also keeps `charge` alive until its last
+    // copy is gone (ReadBudget: bytes given back by the charge's destructor).
+    // Copies made of the result carry the charge; without_charge() gives the
+    // plain view, for a holder that must not keep it.
+    Blob with_charge(std::shared_ptr<const void> charge) const {
+        const Blob plain = without_charge();
+        std::shared_ptr<const void> owner(plain.m_view.data(),
+                                          Charged{plain.m_owner, std::move(charge)});
+        return Blob(std::move(owner), m_view);
+    }
+    Blob without_charge() const {
+        if (const Charged* charged = std::get_deleter<Charged>(m_owner)) {
+            return Blob(charged->owner, m_view);
+        }
+        return *this;
+    }
 
     // A reference that lock() turns back into the Blob while some copy of it
     // still lives. It keeps the reference counts allocated, and the bytes too
@@ -70,6 +89,7 @@ public:
         std::weak_ptr<const void> owner;
         std::span<const std::byte> view;
     };
+    // Of this view as it is: lock() gives back its charge (with_charge) too.
     Weak weak() const { return Weak{m_owner, m_view}; }
     static std::optional<Blob> lock(const Weak& weak) {
         auto owner = weak.owner.lock();
@@ -80,6 +100,18 @@ public:
     }
 
 private:
+    // The deleter of a charged view's owner: it owns nothing itself, and
+    // lets the buffer and the charge go with the last copy (dispose), not
+    // with the last weak reference too.
+    struct Charged {
+        std::shared_ptr<const void> owner;
+        std::shared_ptr<const void> charge;
+        void operator()(const void*) {
+            charge.reset();
+            owner.reset();
+        }
+    };
+
     std::shared_ptr<const void> m_owner;
     std::span<const std::byte> m_view;
 };

@@ -132,6 +132,9 @@ struct DaemonCounters {
     // daemon.max_inflight_bytes (Connection::read_some_watched,
     // Connection::writer_progress).
     std::atomic<std::uint64_t> stalled_requests{0};
+    // GETs refused: no room in daemon.max_reply_bytes in time for the large
+    // value they would read from disk (fetch, ReadBudget).
+    std::atomic<std::uint64_t> reads_refused{0};
     // small.mdb files LMDB refused, moved aside and replaced by a fresh store.
     std::atomic<std::uint64_t> small_store_recoveries{0};
     // Entries of quarantined small.mdb files put back into the fresh store.

@@ -90,11 +90,15 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
                 return tl::expected<std::optional<Entry>, StoreError>(std::move(entry));
             }
         } else if (local && m_disk_on != nullptr) {
-            if (auto entry = m_disk_on->get(ns, key); entry && *entry) {
+            auto entry = m_disk_on->get(ns, key);
+            if (entry && *entry) {
                 if (found_locally != nullptr) {
                     *found_locally = TierId::disk;
                 }
                 return entry;
+            }
+            if (!entry && entry.error().failure == Failure::busy) {
+                return entry; // not read from Redis instead: asked again
             }
         }
         const auto stripe = stripe_of(ns, key);
@@ -190,16 +194,26 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
             hit(TierId::memory, *entry);
             return entry;
         }
-        add(counters.tier(TierId::memory).misses);
         answered = true;
     }
     if (local && m_disk_on != nullptr) {
         const auto stripe = stripe_of(ns, key);
         const auto mark = quiet_mark(stripe);
         auto result = m_disk_on->get(ns, key);
+        if (!result && result.error().failure == Failure::busy) {
+            // Not counted: the caller asks again (fetch), and counts the
+            // request if it gives up.
+            return result;
+        }
+        if (m_memory_on != nullptr) {
+            add(counters.tier(TierId::memory).misses);
+        }
         if (result && *result) {
             hit(TierId::disk, **result);
-            backfill_memory(ns, key, **result, stripe, mark);
+            // Memory keeps the value, not the read budget's charge on it.
+            Entry kept = **result;
+            kept.value = kept.value.without_charge();
+            backfill_memory(ns, key, kept, stripe, mark);
             return std::move(*result);
         }
         add(counters.tier(TierId::disk).misses);
@@ -210,10 +224,15 @@ tl::expected<std::optional<Entry>, StoreError> Store::get(std::string_view ns, s
             logger().warn("disk get {}/{:?} failed: {}", ns, key, result.error().message);
             last_error = std::move(result.error());
         }
+    } else if (local && m_memory_on != nullptr) {
+        add(counters.tier(TierId::memory).misses);
     }
     if (remote) {
         auto found_locally = TierId::remote;
         auto result = remote_get(*policy, ns, key, local, &found_locally);
+        if (!result && result.error().failure == Failure::busy) {
+            return result; // as the disk's above
+        }
         if (result && *result) {
             // Found locally after all (a concurrent get's backfill): a
             // memory or disk hit, after the miss counted above.

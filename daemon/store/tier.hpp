@@ -21,6 +21,7 @@ enum class Failure {
     too_large,   // over a configured limit
     timeout,     // a remote deadline passed
     unavailable, // the tier is suspended or disabled
+    busy,        // no room in the ReadBudget for this value now: ask again later
 };
 
 struct StoreError {

@@ -294,3 +294,93 @@ def test_an_mget_cut_into_slices_looks_each_key_up_once(make_daemon):
                 b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in small))
     assert receive(c, len(expected)) == expected
     assert hits() - before == 100
+
+
+def send_gets_reading_nothing(d, keys: list[bytes]) -> list[socket.socket]:
+    conns = []
+    for key in keys:
+        c = socket.socket(socket.AF_UNIX)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(str(d.socket))
+        c.sendall(command(b"GET", key))
+        conns.append(c)
+    return conns
+
+
+def test_gets_of_large_values_on_disk_wait_for_room_in_the_read_budget(make_daemon):
+    """Eight clients each send one GET of a different 12 MiB value kept on
+    disk, and read nothing: the daemon read all eight at once (a review: 60
+    x 48 MiB reached 2.97 GB). Now a large value takes its size from
+    daemon.max_reply_bytes before it is read and gives it back once its
+    reply is written: two are read, the others wait, and every client gets
+    its value, whole, once the first ones read theirs."""
+    d = make_daemon("--set", "memory.max_size=8MiB", "--set", "daemon.max_reply_bytes=24MiB")
+    size = 12 << 20
+    keys = fill_with_large_values(d, 8, size)
+    rss_before = vm_rss_kib(d.proc.pid)
+    conns = send_gets_reading_nothing(d, keys)
+    peak = rss_before
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        peak = max(peak, vm_rss_kib(d.proc.pid))
+        time.sleep(0.02)
+    daemon_stats = d.stats()["daemon"]
+    assert daemon_stats["read_bytes"] == 24 << 20, daemon_stats
+    assert (peak - rss_before) << 10 < 48 << 20, f"{peak - rss_before} KiB held"
+    assert RawConnection(d.socket).hello() is not None  # others are still served
+    # All read at once: which two were read first is not known.
+    reply = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
+    got = [None] * len(conns)
+
+    def read(i):
+        conns[i].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        got[i] = receive(conns[i], len(reply))
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(len(conns))]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(60)
+    assert all(value == reply for value in got)
+    for c in conns:
+        c.close()
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] == 0, timeout=10)
+    assert d.stats()["daemon"]["reads_refused"] == 0
+
+
+def test_a_get_finding_no_room_in_the_read_budget_is_refused_in_time(make_daemon):
+    """Two clients hold the whole read budget with 12 MiB replies they never
+    read: a third GET of a large value waits 10 s, then is refused (its
+    connection closed, as every RESP GET that cannot be served: docs/torch.md),
+    logged naming daemon.max_reply_bytes and counted as reads_refused. Small
+    values are served meanwhile, and the refused value is served once there
+    is room."""
+    d = make_daemon("--set", "memory.max_size=8MiB", "--set", "daemon.max_reply_bytes=24MiB")
+    size = 12 << 20
+    keys = fill_with_large_values(d, 3, size)
+    holders = send_gets_reading_nothing(d, keys[:2])
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] == 24 << 20, timeout=10)
+    c = RawConnection(d.socket)
+    c.send(command(b"SET", b"small", b"v"))
+    assert c.sock.recv(16) == b"+OK\r\n"
+    waiter = socket.socket(socket.AF_UNIX)
+    waiter.connect(str(d.socket))
+    started = time.monotonic()
+    waiter.sendall(command(b"GET", keys[2]))
+    time.sleep(1)
+    c.send(command(b"GET", b"small"))
+    assert c.sock.recv(16) == b"$1\r\nv\r\n"
+    waiter.settimeout(20)
+    assert waiter.recv(4096) == b""  # closed
+    waited = time.monotonic() - started
+    assert 9 < waited < 15, waited
+    assert "no room in daemon.max_reply_bytes" in d.log()
+    assert d.stats()["daemon"]["reads_refused"] == 1
+    for holder in holders:
+        holder.close()
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] == 0, timeout=10)
+    waiter = socket.socket(socket.AF_UNIX)
+    waiter.connect(str(d.socket))
+    waiter.sendall(command(b"GET", keys[2]))
+    reply = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
+    assert receive(waiter, len(reply)) == reply

@@ -279,6 +279,10 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
         }
     }
 
+    auto hold = hold_for_reply(touch && large, std::max(header->header.value_size, header->size));
+    if (!hold) {
+        return tl::make_unexpected(std::move(hold.error()));
+    }
     BlobBuilder bytes(static_cast<std::size_t>(header->size));
     const auto got = read_at(fd->get(), 0, bytes.bytes());
     if (!got) {
@@ -295,6 +299,8 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
         discard_corrupt(ns, path, id, fd->get(), decoded.error());
         return std::nullopt;
     }
+    // Charged before it is shared: a read that shares it shares the charge.
+    decoded->entry.value = hold->attach(decoded->entry.value);
     if (large) {
         // Keyed by the checksum decode() verified: that of these very bytes.
         m_shared_reads.remember(id, file.size(),
@@ -303,6 +309,21 @@ DiskTier::load_file(std::string_view ns, std::string_view key, const Hash128& id
     }
     touch_file();
     return std::move(decoded->entry);
+}
+
+tl::expected<ReadHold, StoreError> DiskTier::hold_for_reply(bool large_for_reply,
+                                                            std::uint64_t bytes) {
+    ReadBudget* const budget = m_options.read_budget.get();
+    if (!large_for_reply || budget == nullptr) {
+        return ReadHold();
+    }
+    if (auto hold = budget->try_hold(bytes)) {
+        return std::move(*hold);
+    }
+    return tl::make_unexpected(StoreError{
+        Failure::busy, fmt::format("no room in daemon.max_reply_bytes ({} of {} bytes held by "
+                                   "large values being read or sent) for a {} byte value",
+                                   budget->in_use(), budget->limit(), bytes)});
 }
 
 tl::expected<bool, StoreError> DiskTier::exists(std::string_view ns, std::string_view key) {

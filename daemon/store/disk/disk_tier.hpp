@@ -28,6 +28,7 @@
 #include "daemon/store/disk/disk_small_store.hpp"
 #include "daemon/store/disk/disk_writer.hpp"
 #include "daemon/store/disk/shared_reads.hpp"
+#include "daemon/store/read_budget.hpp"
 #include "daemon/store/stats.hpp"
 #include "daemon/store/tier.hpp"
 
@@ -49,6 +50,9 @@ struct DiskOptions {
     // is a file (an existing small.mdb is still read, never written).
     std::uint64_t small_entry_max = 16ULL << 10;
     std::uint64_t small_map_size = 0; // LMDB map size; 0: max(2 × max_size, 64 MiB)
+    // Large values read by get() take their size from it (read_budget.hpp);
+    // null: unbounded.
+    std::shared_ptr<ReadBudget> read_budget;
 };
 
 // Thread-safe. get/put/remove work on paths and small.mdb directly and are
@@ -257,6 +261,11 @@ private:
     // the _locked variant's caller holds.
     void discard_corrupt(std::string_view ns, const std::string& path, const Hash128& id, int fd,
                          std::string_view reason);
+    // For a large value read for a reply (get, not peek): `bytes` held in
+    // the read budget until the reply lets the value go (an empty hold
+    // otherwise, or without a budget), or Failure::busy when there is no
+    // room now.
+    tl::expected<ReadHold, StoreError> hold_for_reply(bool large_for_reply, std::uint64_t bytes);
     void discard_corrupt_locked(std::string_view ns, const std::string& path, const Hash128& id,
                                 int fd, std::string_view reason);
     tl::expected<void, StoreError> ensure_dirs(std::string_view ns, std::string_view hex);

@@ -275,6 +275,10 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
             }
         }
     }
+    auto hold = hold_for_reply(touch && large, declared_value_size(stored.bytes()));
+    if (!hold) {
+        return tl::make_unexpected(std::move(hold.error()));
+    }
     auto decoded = decode(stored);
     if (!decoded) {
         discard(decoded.error());
@@ -293,6 +297,8 @@ DiskTier::load_small(std::string_view ns, std::string_view key, const Hash128& i
         }
         return std::nullopt;
     }
+    // Charged before it is shared: a read that shares it shares the charge.
+    decoded->entry.value = hold->attach(decoded->entry.value);
     if (large) {
         // decode() verified that checksum over these bytes.
         m_shared_reads.remember(id, stored.size(), checksum, decoded->entry.value);
