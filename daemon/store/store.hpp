@@ -226,6 +226,9 @@ private:
     // The stripe's count of writes begun, when none is under way.
     std::optional<std::uint64_t> quiet_mark(std::size_t stripe) const;
     bool unchanged(std::size_t stripe, std::uint64_t mark) const;
+    // Under the stripe's write lock: whether the write holding it is the
+    // only one begun since `mark`.
+    bool only_write_since(std::size_t stripe, std::uint64_t mark) const;
     // Copies `entry`, read from a lower tier after `mark`, into memory.
     void backfill_memory(std::string_view ns, std::string_view key, const Entry& entry,
                          std::size_t stripe, std::optional<std::uint64_t> mark);

@@ -60,32 +60,48 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
     const bool local = is_local(*policy, ns) && (m_memory_on != nullptr || m_disk_on != nullptr);
     const bool conditional = mode == PutMode::only_if_present || expiry == PutExpiry::keep_stored;
     const bool keep = expiry == PutExpiry::keep_stored;
+    const std::size_t stripe = stripe_of(ns, key);
+    std::optional<WriteScope> write;
     // Redis is asked before the key's lock is taken (its round trip must not
     // hold up the stripe's other puts), and only when the local tiers hold
-    // nothing: what it holds is not decided atomically with the put anyway.
-    std::optional<tl::expected<std::optional<UnixMs>, StoreError>> from_remote;
-    if (conditional && remote_serves(*policy, ns)) {
-        bool held_locally = false;
+    // nothing. Its answer stands only if no other write or delete of the
+    // stripe began between the question and the lock: a DEL that ended
+    // meanwhile made it stale (a review: the XX's value outlived the DEL).
+    // Otherwise it is asked again, and on the last try under the lock.
+    constexpr int k_tries = 3;
+    for (int tries = 1; conditional; ++tries) {
+        const bool last = tries == k_tries;
+        std::optional<tl::expected<std::optional<UnixMs>, StoreError>> from_remote;
+        std::optional<std::uint64_t> mark;
+        if (remote_serves(*policy, ns) && !last) {
+            bool held_locally = false;
+            if (local) {
+                const auto held = local_expiry(ns, key, false);
+                held_locally = held && held->has_value();
+            }
+            if (!held_locally) {
+                mark = quiet_mark(stripe);
+                from_remote = remote_expiry(ns, key);
+            }
+        }
         if (local) {
-            const auto held = local_expiry(ns, key, false);
-            held_locally = held && held->has_value();
+            write.emplace(*this, stripe);
         }
-        if (!held_locally) {
-            from_remote = remote_expiry(ns, key);
-        }
-    }
-    std::optional<WriteScope> write;
-    if (local) {
-        write.emplace(*this, stripe_of(ns, key));
-    }
-    if (conditional) {
         // The expiry time of the entry replaced (0: none); nullopt: none.
         tl::expected<std::optional<UnixMs>, StoreError> current = std::nullopt;
         if (local) {
             current = local_expiry(ns, key, keep);
         }
-        if (current && !*current && from_remote) {
-            current = std::move(*from_remote);
+        if (current && !*current && remote_serves(*policy, ns)) {
+            const bool fresh = from_remote && (!local || (mark && only_write_since(stripe, *mark)));
+            if (fresh) {
+                current = std::move(*from_remote);
+            } else if (last) {
+                current = remote_expiry(ns, key);
+            } else {
+                write.reset();
+                continue;
+            }
         }
         if (!current) {
             return tl::make_unexpected(std::move(current.error()));
@@ -96,6 +112,10 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         if (keep) {
             entry.expires_ms = current->value_or(0);
         }
+        break;
+    }
+    if (local && !write) {
+        write.emplace(*this, stripe);
     }
     tl::expected<void, StoreError> local_result;
     if (local) {

@@ -60,6 +60,10 @@ bool Store::unchanged(std::size_t stripe, std::uint64_t mark) const {
     return m_writes[stripe].begun.load() == mark;
 }
 
+bool Store::only_write_since(std::size_t stripe, std::uint64_t mark) const {
+    return m_writes[stripe].begun.load() == mark + 1;
+}
+
 void Store::backfill_memory(std::string_view ns, std::string_view key, const Entry& entry,
                             std::size_t stripe, std::optional<std::uint64_t> mark) {
     if (m_memory_on == nullptr || !mark) {

@@ -6,6 +6,8 @@ and ACL user), SELECT, and loopback TCP."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 
 import pytest
@@ -375,3 +377,45 @@ def test_zero_byte_queue_means_read_only(remote_daemon, redis_server):
     assert Native(d.socket).put("fx-graph", fx_key("zero")[1], b"v") == OK
     assert d.stats()["tiers"]["remote"]["read_only"] is True
     assert redis_client(redis_server).dbsize() == 0
+
+
+def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daemon, redis_server):
+    """SET XX with nothing local asks Redis before it takes the key's lock
+    (its round trip must not hold up other puts). A DEL that began and ended
+    during that question (Redis's copy is 64 MiB, so it takes a while) made
+    the answer stale: both were answered, yet the XX's value was left behind,
+    locally and in Redis (a review: 12 of 12). The answer stands now only if
+    no other write of the key's stripe began in between; else Redis is asked
+    again."""
+    r = redis_client(redis_server)
+    d = remote_daemon(op_ms=10000, connect_ms=3000)
+    wait_remote_state(d, "connected")
+    wrong = []
+    for trial in range(4):
+        redis_key, _ = fx_key(f"xx-after-del-{trial}")
+        r.set(redis_key, os.urandom(64 << 20))  # only Redis holds it
+        results = {}
+
+        def set_xx():
+            client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
+            results["xx"] = client.set(redis_key, b"XXVALUE", xx=True)
+
+        def delete():
+            client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
+            client.ping()
+            time.sleep(0.02)  # the XX is reading Redis's copy
+            results["del"] = client.delete(redis_key)
+            results["del_done"] = time.monotonic()
+
+        threads = [threading.Thread(target=set_xx), threading.Thread(target=delete)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        after = redis_py.Redis(unix_socket_path=str(d.socket)).get(redis_key)
+        # XX answered OK after the DEL removed the key: only a linearization
+        # with the XX first explains OK, and then the DEL removed its value.
+        if results.get("del") == 1 and after is not None:
+            wrong.append((trial, results, after[:8], r.exists(redis_key)))
+        r.delete(redis_key)
+    assert not wrong
