@@ -68,23 +68,8 @@ DiskTier::~DiskTier() {
         m_evict_thread.join();
     }
     flush_touches();
-    if (const std::size_t left = retry_replaced(true); left > 0) {
-        // They must not be served after a restart, and nothing can be
-        // written (a full filesystem): the store is removed, which needs no
-        // space and frees its own. Its other entries are lost with it,
-        // never served stale.
-        const std::string& path = m_small->path();
-        if (::unlink(path.c_str()) == 0) {
-            logger().error("{} replaced small entries could not be deleted from {}: removed it "
-                           "(its entries are lost)",
-                           left, path);
-        } else {
-            logger().critical("{} replaced small entries could not be deleted from {}, nor the "
-                              "file removed ({}): delete it before the next start, which would "
-                              "serve them",
-                              left, path, errno_text(errno));
-        }
-        m_stats.daemon().writes_abandoned.fetch_add(left, std::memory_order_relaxed);
+    if (retry_replaced(true) > 0) {
+        abandon_replaced();
     }
 }
 
@@ -197,7 +182,7 @@ tl::expected<std::optional<Entry>, StoreError> DiskTier::load(std::string_view n
         }
     }
     if (replaced_pending(id)) {
-        return std::nullopt; // what small.mdb holds was replaced by a failed put
+        return std::nullopt; // what is stored was replaced by a failed put or delete
     }
     // The store the index names first, then the other: an entry that moves
     // between stores is removed from one before it is written to the other,
@@ -342,6 +327,9 @@ tl::expected<bool, StoreError> DiskTier::exists(std::string_view ns, std::string
         if (queued) {
             return queued->ns == ns && queued->key == key && !queued->entry.expired(now_ms());
         }
+    }
+    if (replaced_pending(id)) {
+        return false; // a copy a failed put or delete replaced
     }
     if (m_small) {
         if (exists_small(ns, key, id)) {

@@ -217,23 +217,30 @@ private:
     void scan_small(std::vector<DiskIndex::ScannedFile>& scanned);
     // Moves entry files of at most small_entry_max bytes into the store.
     void migrate(const std::vector<std::pair<std::string, Hash128>>& files);
-    // A put of (ns, id) failed while the small-entry store may still hold
-    // the value it was replacing: that copy must never be served again. The
-    // index forgets the key now (caller holds its stripe), and the copy is
-    // deleted now or, when LMDB cannot (a full filesystem fails deletes
-    // too), by retry_replaced() on every evictor pass and at shutdown.
+    // A put or delete of (ns, id) failed while the small-entry store or an
+    // entry file may still hold the value it was replacing: that copy must
+    // never be served again. The index forgets the key now (caller holds
+    // its stripe), and the copies are deleted now or, when they cannot be
+    // (a full filesystem fails LMDB's deletes too; EROFS, EACCES or EIO an
+    // unlink), by retry_replaced() on every evictor pass and at shutdown.
     void forget_replaced(std::string_view ns, const Hash128& id);
+    // Unlinks the entry file of (ns, id): true when it is gone.
+    bool unlink_entry_file(std::string_view ns, const Hash128& id);
     // Deletes the copies forget_replaced() could not; how many are left.
     // A mark stays while a salvage may bring its copy back, unless `final`
     // (at destruction: no salvage runs after it).
     std::size_t retry_replaced(bool final = false);
+    // At destruction, for the copies retry_replaced(true) left: names each
+    // file left (critical: the next start would serve it), and removes
+    // small.mdb when it still holds some (its other entries are lost).
+    void abandon_replaced();
     // Whether forget_replaced() still has the id (not deleted yet): every
-    // read of small.mdb (load, exists, LIST, SCAN) treats it as absent.
+    // read (load, exists, LIST, SCAN) treats it as absent.
     bool replaced_pending(const Hash128& id);
     // Whether a walk (LIST, SCAN) passes over the entry named `entry_name`
-    // (its hex name; `small`: in small.mdb): replaced by a failed put, or
-    // being deleted.
-    bool hidden_name(std::string_view ns, std::string_view entry_name, bool small);
+    // (its hex name, a file or in small.mdb): replaced by a failed put or
+    // delete, or being deleted.
+    bool hidden_name(std::string_view ns, std::string_view entry_name);
     // A write of the id succeeded: nothing of it is left to delete.
     void clear_replaced(const Hash128& id);
     // Whether a quarantined store waits for its salvage or is being salvaged.

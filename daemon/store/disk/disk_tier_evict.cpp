@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <optional>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -102,8 +103,8 @@ void DiskTier::evict_loop() {
         flush_touches();
         if (m_small) {
             m_small->set_aside_if_detached();
-            retry_replaced();
         }
+        retry_replaced();
         // A full LMDB map: make room for a quarter of what it holds.
         std::uint64_t goal = target;
         if (m_small_map_full.exchange(false) && m_small) {
@@ -193,21 +194,32 @@ void DiskTier::forget_replaced(std::string_view ns, const Hash128& id) {
     m_index.erase(id); // after the insert: put_back_stored() checks both
     // A file of the id goes too: one an interrupted migration left beside
     // the small copy would otherwise be served once the mark is gone.
-    ::unlink(m_layout.entry_path(ns, id.hex()).c_str());
-    const SmallKeyRef keys[] = {{ns, id}};
-    if (auto erased = m_small->erase(keys); erased && !salvage_pending()) {
-        clear_replaced(id);
-    } else if (!erased) {
-        note_space_short(); // most likely: LMDB's delete needs pages too
+    const bool file_gone = unlink_entry_file(ns, id);
+    bool small_gone = true;
+    if (m_small) {
+        const SmallKeyRef keys[] = {{ns, id}};
+        auto erased = m_small->erase(keys);
+        small_gone = erased && !salvage_pending();
+        if (!erased) {
+            note_space_short(); // most likely: LMDB's delete needs pages too
+        }
     }
+    if (file_gone && small_gone) {
+        clear_replaced(id);
+    }
+}
+
+bool DiskTier::unlink_entry_file(std::string_view ns, const Hash128& id) {
+    return ::unlink(m_layout.entry_path(ns, id.hex()).c_str()) == 0 || errno == ENOENT ||
+           errno == ENOTDIR;
 }
 
 std::size_t DiskTier::retry_replaced(bool final) {
     std::vector<std::pair<Hash128, std::string>> pending;
     {
         std::lock_guard lock(m_replaced_mutex);
-        if (m_replaced.empty() || !m_small) {
-            return m_replaced.size();
+        if (m_replaced.empty()) {
+            return 0;
         }
         pending.assign(m_replaced.begin(), m_replaced.end());
     }
@@ -228,16 +240,65 @@ std::size_t DiskTier::retry_replaced(bool final) {
     }
     // Kept while a quarantined store waits for its salvage (or is being
     // salvaged): deleted from the fresh store, a copy would come back with
-    // the salvage, which skips what is still marked here.
-    if (auto erased = m_small->erase(keys); erased && (final || !salvage_pending())) {
+    // the salvage, which skips what is still marked here. A file the
+    // filesystem would not let go of (EROFS, EACCES, EIO) keeps its mark too.
+    bool small_gone = true;
+    if (m_small) {
+        auto erased = m_small->erase(keys);
+        small_gone = erased && (final || !salvage_pending());
+    }
+    std::vector<Hash128> gone;
+    for (const SmallKeyRef& key : keys) {
+        if (unlink_entry_file(key.ns, key.id) && small_gone) {
+            gone.push_back(key.id);
+        }
+    }
+    {
         std::lock_guard lock(m_replaced_mutex);
-        for (const SmallKeyRef& key : keys) {
-            m_replaced.erase(key.id);
+        for (const Hash128& id : gone) {
+            m_replaced.erase(id);
         }
         m_replaced_count.store(m_replaced.size(), std::memory_order_release);
     }
     std::lock_guard lock(m_replaced_mutex);
     return m_replaced.size();
+}
+
+void DiskTier::abandon_replaced() {
+    std::vector<std::pair<Hash128, std::string>> left;
+    {
+        std::lock_guard lock(m_replaced_mutex);
+        left.assign(m_replaced.begin(), m_replaced.end());
+    }
+    std::size_t small_left = 0;
+    for (const auto& [id, ns] : left) {
+        const std::string path = m_layout.entry_path(ns, id.hex());
+        struct stat info {};
+        if (::lstat(path.c_str(), &info) == 0) {
+            logger().critical("{}, replaced by a failed put or delete, could not be deleted: "
+                              "delete it before the next start, which would serve it",
+                              path);
+        }
+        small_left += m_small && m_small->contains(ns, id) ? 1 : 0;
+    }
+    if (small_left > 0) {
+        // They must not be served after a restart, and nothing can be
+        // written (a full filesystem): the store is removed, which needs no
+        // space and frees its own. Its other entries are lost with it,
+        // never served stale.
+        const std::string& path = m_small->path();
+        if (::unlink(path.c_str()) == 0) {
+            logger().error("{} replaced small entries could not be deleted from {}: removed it "
+                           "(its entries are lost)",
+                           small_left, path);
+        } else {
+            logger().critical("{} replaced small entries could not be deleted from {}, nor the "
+                              "file removed ({}): delete it before the next start, which would "
+                              "serve them",
+                              small_left, path, errno_text(errno));
+        }
+    }
+    m_stats.daemon().writes_abandoned.fetch_add(left.size(), std::memory_order_relaxed);
 }
 
 bool DiskTier::replaced_pending(const Hash128& id) {
@@ -259,8 +320,8 @@ bool DiskTier::salvage_pending() {
     return m_salvage_job.has_value() || m_salvage_running;
 }
 
-bool DiskTier::hidden_name(std::string_view ns, std::string_view entry_name, bool small) {
-    const bool replaced = small && m_replaced_count.load(std::memory_order_acquire) != 0;
+bool DiskTier::hidden_name(std::string_view ns, std::string_view entry_name) {
+    const bool replaced = m_replaced_count.load(std::memory_order_acquire) != 0;
     if (!replaced && !m_deleting.any()) {
         return false;
     }

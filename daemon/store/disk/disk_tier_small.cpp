@@ -152,6 +152,9 @@ tl::expected<void, StoreError> DiskTier::write_small(std::span<const PendingWrit
             may_have_file ? m_layout.entry_path(write->ns, write->id.hex()) : std::string();
         if (may_have_file && ::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
             auto error = io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno)));
+            // Not written, and the file it replaces never served again (the
+            // put may have been acknowledged from the write queue).
+            forget_replaced(write->ns, write->id);
             if (!report) {
                 return tl::make_unexpected(std::move(error));
             }

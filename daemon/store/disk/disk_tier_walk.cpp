@@ -309,7 +309,7 @@ tl::expected<ListPage, StoreError> DiskTier::list(std::string_view ns, std::stri
             return page;
         }
         last_examined = name->first;
-        if (hidden_name(ns, name->first, name->second)) {
+        if (hidden_name(ns, name->first)) {
             continue; // a value replaced or deleted, still on disk
         }
         const auto header =
@@ -380,7 +380,7 @@ DiskTier::scan_entries(std::string_view cursor, std::size_t limit, UnixMs since_
             }
             ++examined;
             last_examined = fmt::format("{}/{}", ns, name->first);
-            if (hidden_name(ns, name->first, name->second)) {
+            if (hidden_name(ns, name->first)) {
                 continue; // never exported: a value replaced or deleted
             }
             const auto header =

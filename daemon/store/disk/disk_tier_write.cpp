@@ -135,9 +135,7 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
     if (file_charge(encoded.size()) > m_options.max_size / 10 * 9) {
         // It would evict every other entry and still not fit under the
         // eviction target: not stored, and no older value left in its place.
-        if (::unlink(final_path.c_str()) == 0 || errno == ENOENT) {
-            m_index.erase(id);
-        }
+        forget_replaced(ns, id);
         return tl::make_unexpected(StoreError{
             Failure::too_large, fmt::format("an entry of {} bytes does not fit disk.max_size ({})",
                                             encoded.size(), m_options.max_size)});
@@ -181,10 +179,9 @@ tl::expected<void, StoreError> DiskTier::write_entry(std::string_view ns, const 
             note_space_short();
         }
         // The value this put replaces must not come back in its place (the
-        // put may have been acknowledged from memory): the key is a miss.
-        if (::unlink(final_path.c_str()) == 0 || errno == ENOENT) {
-            m_index.erase(id);
-        }
+        // put may have been acknowledged from memory): the key is a miss,
+        // also when the older file cannot be removed now (forget_replaced).
+        forget_replaced(ns, id);
         return tl::make_unexpected(
             io_error(fmt::format("cannot write {}: {}", final_path, errno_text(error))));
     }
@@ -273,8 +270,12 @@ tl::expected<bool, StoreError> DiskTier::remove(std::string_view ns, std::string
     const std::string path = m_layout.entry_path(ns, id.hex());
     if (::unlink(path.c_str()) != 0) {
         if (errno != ENOENT && errno != ENOTDIR) {
-            return tl::make_unexpected(
-                io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno))));
+            auto error = io_error(fmt::format("cannot remove {}: {}", path, errno_text(errno)));
+            // The file may be older than the queued write dropped above: it
+            // must never be served again (a review: EROFS or EACCES left it
+            // readable after an acknowledged SET of a newer value).
+            forget_replaced(ns, id);
+            return tl::make_unexpected(std::move(error));
         }
     } else {
         removed = true;
