@@ -379,8 +379,18 @@ tl::expected<Client::Reply, Error> Client::round_trip(proto::Op op, std::uint32_
         max_body = m_max_value;
     }
     const auto deadline = Clock::now() + m_options.io_timeout;
-    if (auto ok = send(m_out, tail, deadline); !ok) {
-        return tl::unexpected(std::move(ok.error()));
+    if (auto sent = socket::send_all(m_fd, m_out, tail, deadline); !sent) {
+        // A daemon that refuses a request as soon as its header arrives (a
+        // frame longer than daemon.max_inflight_bytes: BUSY) answers and
+        // closes while the rest is still being sent: its reason is there to
+        // read, and says more than "Broken pipe".
+        if (sent.error().failure == socket::Failure::unreachable) {
+            auto answer = read_reply(op, id, max_body, Clock::now());
+            if (!answer && answer.error().kind == ErrorKind::server) {
+                return answer;
+            }
+        }
+        return tl::unexpected(fail(from_socket(std::move(sent.error()))));
     }
     return read_reply(op, id, max_body, deadline);
 }

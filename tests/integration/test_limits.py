@@ -270,6 +270,19 @@ def test_inflight_budget_refuses_a_frame_longer_than_it(make_daemon):
     healthy.ping(b"still healthy")
 
 
+def test_the_cli_reports_why_a_put_longer_than_the_budget_was_refused(make_daemon, tmp_root):
+    """The daemon answers BUSY as soon as the frame's header arrives and
+    closes while the C++ client still sends the value: the client read only
+    its own "Broken pipe" (`pt2cache put` exit 3, a review). It reads the
+    daemon's answer now: exit 4 (the daemon refused), with the reason."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=4MiB")
+    value = tmp_root / "value"
+    value.write_bytes(os.urandom(8 << 20))
+    out = d.cli("put", "pgo", "too-long", str(value))
+    assert out.returncode == 4, (out.returncode, out.stderr)
+    assert b"BUSY" in out.stderr and b"max_inflight_bytes" in out.stderr, out.stderr
+
+
 def test_large_requests_arriving_together_do_not_wait_each_other_out(make_daemon):
     """Four 12 MiB PUTs at once against a 24 MiB budget: each took part of it
     and waited for the rest, and nothing was answered until the first one's
