@@ -126,3 +126,24 @@ def test_a_failed_delete_never_exposes_the_file_older_than_the_write_it_dropped(
     assert got is None, got[:2]
     later, restarted = served_after_the_filesystem_lets_go(d, marks, "victim")
     assert later is None and restarted is None
+
+
+def test_a_small_put_after_a_failed_one_never_uncovers_the_older_file(make_daemon, tmp_root):
+    """After a failed put left V1's file (marked replaced, forgotten by the
+    index), a small SET of the key went to small.mdb without trying to remove
+    the file the index no longer knew, and cleared the mark: once the small
+    value expired, V1 was served, and after a restart (a review: 4 of 4)."""
+    d, marks = shimmed_daemon(make_daemon, tmp_root)
+    c = connect(d)
+    assert c.set("victim", value(b"V1"))
+    drain_disk_queue(d)
+    (marks / "fail").touch()
+    assert c.set("victim", value(b"V2"))  # fails: V1's file stays, marked
+    drain_disk_queue(d)
+    assert c.set("victim", b"V3small", ex=1)
+    drain_disk_queue(d)
+    time.sleep(1.5)  # V3 (if it was written) has expired
+    got = c.get("victim")
+    assert got is None, got[:2]
+    later, restarted = served_after_the_filesystem_lets_go(d, marks, "victim")
+    assert later is None and restarted is None
