@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "daemon/connection.hpp"
 #include "daemon/offload.hpp"
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ constexpr std::chrono::milliseconds k_longest_pause{50}; // between two asks whi
 } // namespace
 
 awaitable<FetchResult> fetch(Context& context, std::string_view ns, std::string_view key,
-                             store::LatencyTier* hit_tier) {
+                             store::LatencyTier* hit_tier, PendingReplies* pending) {
     auto& store = *context.store;
     if (auto quick = store.get_quick(ns, key, hit_tier)) {
         co_return std::move(*quick);
@@ -30,6 +31,9 @@ awaitable<FetchResult> fetch(Context& context, std::string_view ns, std::string_
             co_await offload(*context.blocking, [&] { return store.get(ns, key, hit_tier); });
         if (result || result.error().failure != store::Failure::busy) {
             co_return result;
+        }
+        if (pending != nullptr && !pending->connection.send(pending->batch)) {
+            co_return result; // the client is gone
         }
         if (std::chrono::steady_clock::now() + pause >= deadline) {
             context.stats.daemon().reads_refused++;

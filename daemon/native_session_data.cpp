@@ -193,7 +193,8 @@ awaitable<bool> NativeSession::handle_get(const proto::Header& header,
     }
     const auto [ns, key] = request->target;
     measure(ns, LatencyOp::get);
-    auto found = co_await fetch(m_context, ns, key, &m_measured_tier);
+    PendingReplies pending{m_connection, m_out};
+    auto found = co_await fetch(m_context, ns, key, &m_measured_tier, &pending);
     if (!found) {
         co_return fail(header, {Status::storage_error, found.error().message});
     }

@@ -104,7 +104,8 @@ awaitable<RespSession::Next> RespSession::get(Args args) {
     }
     m_latency.mark();
     auto tier = store::LatencyTier::none;
-    auto found = co_await fetch(m_context, mapped->ns, mapped->key, &tier);
+    PendingReplies pending{m_connection, m_out};
+    auto found = co_await fetch(m_context, mapped->ns, mapped->key, &tier, &pending);
     if (!found) {
         m_latency.finish(mapped->ns, store::LatencyOp::get, tier, store::RequestResult::error);
         co_return refuse("GET", found.error().message);
@@ -291,7 +292,10 @@ awaitable<RespSession::Next> RespSession::mget(Args args) {
                     // The first of the slice: fetch() waits for room.
                     const std::size_t i = missing[fetched];
                     const auto mapped = map_key(args[i]);
-                    auto found = co_await fetch(m_context, mapped->ns, mapped->key);
+                    // This MGET's own slices sent so far may hold the room.
+                    PendingReplies pending{m_connection, m_out};
+                    auto found =
+                        co_await fetch(m_context, mapped->ns, mapped->key, nullptr, &pending);
                     if (found) {
                         entries[i - from] = std::move(*found);
                         upto = fetched + 1;

@@ -11,6 +11,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from integ_helpers import drain_disk_queue, vm_rss_kib
 from pt2harness import RawConnection, wait_for
 
@@ -384,3 +386,30 @@ def test_a_get_finding_no_room_in_the_read_budget_is_refused_in_time(make_daemon
     waiter.sendall(command(b"GET", keys[2]))
     reply = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
     assert receive(waiter, len(reply)) == reply
+
+
+@pytest.mark.parametrize("form", ["pipeline", "mget", "multi"])
+def test_a_clients_own_unsent_large_replies_never_hold_up_its_next_get(make_daemon, form):
+    """Two 2 MiB values on disk, read by one client in one go (a pipeline of
+    two GETs, one MGET, or MULTI/GET/GET/EXEC) against a 1 MiB read budget:
+    the first value's reply, not yet sent, held the room the second waited
+    for, for 10 s, and the request was refused (a review). A GET that finds
+    no room now sends its session's replies before it waits."""
+    d = make_daemon("--set", "memory.max_size=8MiB", "--set", "daemon.max_reply_bytes=1MiB")
+    size = 2 << 20
+    a, b = fill_with_large_values(d, 2, size)
+    value = b"$%d\r\n%s\r\n" % (size, b"\0" * size)
+    if form == "pipeline":
+        message, expected = command(b"GET", a) + command(b"GET", b), value * 2
+    elif form == "mget":
+        message, expected = command(b"MGET", a, b), b"*2\r\n" + value * 2
+    else:
+        message = command(b"MULTI") + command(b"GET", a) + command(b"GET", b) + command(b"EXEC")
+        expected = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n" + value * 2
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    started = time.monotonic()
+    c.sendall(message)
+    assert receive(c, len(expected)) == expected
+    assert time.monotonic() - started < 5
+    assert d.stats()["daemon"]["reads_refused"] == 0
