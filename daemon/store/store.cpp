@@ -305,8 +305,17 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
             error = std::move(result.error());
         }
     };
+    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
+    const bool remote = remote_serves(*policy, ns) && !policy->remote_read_only;
+    const std::size_t stripe = stripe_of(ns, key);
     {
-        const WriteScope write(*this, stripe_of(ns, key));
+        const WriteScope write(*this, stripe);
+        // Counted under the key's lock, before Redis is asked: a SET XX or
+        // KEEPTTL that takes the lock after this local delete knows Redis's
+        // copy is going too (Store::put).
+        if (remote) {
+            m_writes[stripe].remote_deletes_begun.fetch_add(1);
+        }
         if (m_memory_on != nullptr) {
             take(m_memory_on->remove(ns, key));
         }
@@ -314,9 +323,9 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
             take(m_disk_on->remove(ns, key));
         }
     }
-    const StorePolicy* policy = m_policy.load(std::memory_order_acquire);
-    if (remote_serves(*policy, ns) && !policy->remote_read_only) {
+    if (remote) {
         auto result = m_remote->remove(ns, key);
+        m_writes[stripe].remote_deletes_ended.fetch_add(1);
         // A suspended remote keeps its copy: the delete is answered locally.
         if (result || result.error().failure != Failure::unavailable) {
             take(std::move(result));

@@ -196,6 +196,10 @@ private:
     struct WriteCounts {
         std::atomic<std::uint64_t> begun{0};
         std::atomic<std::uint64_t> ended{0};
+        // Deletes of the stripe's keys from Redis, which a remove makes
+        // after its local write (begun under the stripe's lock).
+        std::atomic<std::uint64_t> remote_deletes_begun{0};
+        std::atomic<std::uint64_t> remote_deletes_ended{0};
     };
     class WriteScope;
     // What a conditional put (only_if_present, keep_stored) looks at: the
@@ -229,6 +233,10 @@ private:
     // Under the stripe's write lock: whether the write holding it is the
     // only one begun since `mark`.
     bool only_write_since(std::size_t stripe, std::uint64_t mark) const;
+    // The stripe's count of deletes from Redis begun, when none is under
+    // way; whether one is under way now.
+    std::optional<std::uint64_t> quiet_remote_deletes(std::size_t stripe) const;
+    bool remote_delete_under_way(std::size_t stripe) const;
     // Copies `entry`, read from a lower tier after `mark`, into memory.
     void backfill_memory(std::string_view ns, std::string_view key, const Entry& entry,
                          std::size_t stripe, std::optional<std::uint64_t> mark);

@@ -65,14 +65,19 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
     // Redis is asked before the key's lock is taken (its round trip must not
     // hold up the stripe's other puts), and only when the local tiers hold
     // nothing. Its answer stands only if no other write or delete of the
-    // stripe began between the question and the lock: a DEL that ended
-    // meanwhile made it stale (a review: the XX's value outlived the DEL).
-    // Otherwise it is asked again, and on the last try under the lock.
+    // stripe began between the question and the lock, and no delete from
+    // Redis was under way (a remove deletes from Redis after its local
+    // write): a DEL that ran meanwhile made it stale (reviews: the XX's value
+    // outlived the DEL). Otherwise it is asked again, and on the last try
+    // under the lock, where a delete from Redis still under way means the
+    // key is going: absent. (The stripe's: another key's delete counts too,
+    // and the XX then stores nothing, as a cache may always decline.)
     constexpr int k_tries = 3;
     for (int tries = 1; conditional; ++tries) {
         const bool last = tries == k_tries;
         std::optional<tl::expected<std::optional<UnixMs>, StoreError>> from_remote;
         std::optional<std::uint64_t> mark;
+        std::optional<std::uint64_t> remote_mark;
         if (remote_serves(*policy, ns) && !last) {
             bool held_locally = false;
             if (local) {
@@ -81,6 +86,7 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
             }
             if (!held_locally) {
                 mark = quiet_mark(stripe);
+                remote_mark = quiet_remote_deletes(stripe);
                 from_remote = remote_expiry(ns, key);
             }
         }
@@ -93,11 +99,16 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
             current = local_expiry(ns, key, keep);
         }
         if (current && !*current && remote_serves(*policy, ns)) {
-            const bool fresh = from_remote && (!local || (mark && only_write_since(stripe, *mark)));
+            const bool fresh =
+                from_remote && (!local || (mark && only_write_since(stripe, *mark) && remote_mark &&
+                                           quiet_remote_deletes(stripe) == remote_mark));
             if (fresh) {
                 current = std::move(*from_remote);
             } else if (last) {
                 current = remote_expiry(ns, key);
+                if (current && remote_delete_under_way(stripe)) {
+                    current = std::nullopt;
+                }
             } else {
                 write.reset();
                 continue;
@@ -136,11 +147,18 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
             }
         }
         local_result = put_local(ns, key, entry);
+        // Queued for Redis (the write-behind queue: no round trip) before
+        // the key's lock is let go: a DEL that follows finds the write in
+        // the queue and drops it. Queued after, it landed in Redis after
+        // the DEL's delete there, and the deleted value came back (a
+        // re-review, racing SET XX and DEL).
+        if (remote) {
+            (void)put_remote(ns, key, entry);
+        }
         write.reset();
-    }
-    if (remote) {
+    } else if (remote) {
         auto stored = put_remote(ns, key, entry);
-        if (!stored && !local) {
+        if (!stored) {
             return tl::make_unexpected(std::move(stored.error()));
         }
     }
@@ -239,6 +257,12 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
     if (m_memory_on != nullptr) {
         m_memory_on->put_many(puts);
     }
+    for (const QuickPut& put : puts) {
+        if (remote_serves(*policy, put.ns) && !policy->remote_read_only) {
+            // Queued before the stripes are let go, as put() does.
+            (void)put_remote(put.ns, put.key, put.entry);
+        }
+    }
     for (const auto stripe : stripes) {
         end_write(stripe);
     }
@@ -252,10 +276,6 @@ std::size_t Store::put_quick_many(std::span<const QuickPut> puts) {
         if (m_memory_on != nullptr) {
             add(counters.tier(TierId::memory).puts);
             add(counters.tier(TierId::memory).bytes_in, size);
-        }
-        if (remote_serves(*policy, put.ns) && !policy->remote_read_only) {
-            // Counted there; the local tiers hold the entry.
-            (void)put_remote(put.ns, put.key, put.entry);
         }
     }
     return count;

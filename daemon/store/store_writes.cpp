@@ -64,6 +64,17 @@ bool Store::only_write_since(std::size_t stripe, std::uint64_t mark) const {
     return m_writes[stripe].begun.load() == mark + 1;
 }
 
+std::optional<std::uint64_t> Store::quiet_remote_deletes(std::size_t stripe) const {
+    const auto begun = m_writes[stripe].remote_deletes_begun.load();
+    const auto ended = m_writes[stripe].remote_deletes_ended.load();
+    return begun == ended ? std::optional(begun) : std::nullopt;
+}
+
+bool Store::remote_delete_under_way(std::size_t stripe) const {
+    return m_writes[stripe].remote_deletes_begun.load() !=
+           m_writes[stripe].remote_deletes_ended.load();
+}
+
 void Store::backfill_memory(std::string_view ns, std::string_view key, const Entry& entry,
                             std::size_t stripe, std::optional<std::uint64_t> mark) {
     if (m_memory_on == nullptr || !mark) {

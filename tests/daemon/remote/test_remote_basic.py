@@ -419,3 +419,43 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
             wrong.append((trial, results, after[:8], r.exists(redis_key)))
         r.delete(redis_key)
     assert not wrong
+
+
+def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, redis_server):
+    """A DEL deletes locally, then from Redis, outside the key's lock. A SET
+    XX in between found nothing local, read Redis's copy, found no write of
+    the key since it asked, and stored: both answered, the XX's value stayed
+    (a re-review: 5 of 5 with Redis's writes paused, 43 of 352 without).
+    Here CLIENT PAUSE WRITE holds the DEL's delete from Redis for 1.5 s
+    while reads go on."""
+    r = redis_client(redis_server)
+    d = remote_daemon(op_ms=10000, connect_ms=3000)
+    wait_remote_state(d, "connected")
+    wrong = []
+    for trial in range(3):
+        redis_key, _ = fx_key(f"xx-during-del-{trial}")
+        via = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
+        via.set(redis_key, b"OLD")
+        wait_for(lambda: r.exists(redis_key) == 1, timeout=10)  # written behind
+        results = {}
+
+        def delete():
+            results["del"] = redis_py.Redis(unix_socket_path=str(d.socket),
+                                            socket_timeout=30).delete(redis_key)
+
+        def set_xx():
+            time.sleep(0.2)  # the DEL's delete from Redis is held
+            results["xx"] = redis_py.Redis(unix_socket_path=str(d.socket),
+                                           socket_timeout=30).set(redis_key, b"NEW", xx=True)
+
+        r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        threads = [threading.Thread(target=delete), threading.Thread(target=set_xx)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        time.sleep(0.3)  # a stored XX is written behind to Redis
+        after = (via.get(redis_key), r.get(redis_key))
+        if results.get("del") == 1 and after != (None, None):
+            wrong.append((trial, results, after))
+    assert not wrong
