@@ -103,8 +103,13 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
         }
         const auto stripe = stripe_of(ns, key);
         const auto mark = quiet_mark(stripe);
+        // A DEL deletes from Redis after its local write: while one is under
+        // way, what Redis answers is on its way out, and copied back it
+        // would outlive the DEL (a review: 5 of 300, also after a restart).
+        // One that begins later changes `mark` (its local write).
+        const bool no_remote_delete = quiet_remote_deletes(stripe).has_value();
         auto result = m_remote->get(ns, key);
-        if (result && *result && local && mark &&
+        if (result && *result && local && mark && no_remote_delete &&
             (m_disk_on != nullptr || m_memory_on != nullptr)) {
             if (m_disk_on != nullptr) {
                 // Under the stripe's mutex, which a write takes to begin:

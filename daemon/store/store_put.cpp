@@ -104,11 +104,13 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
                                            quiet_remote_deletes(stripe) == remote_mark));
             if (fresh) {
                 current = std::move(*from_remote);
+            } else if (last && remote_delete_under_way(stripe)) {
+                // Looked before Redis is asked: under the lock no delete can
+                // begin, and one that ends during the question would leave
+                // its answer stale (a review: 4 of 981).
+                current = std::nullopt;
             } else if (last) {
                 current = remote_expiry(ns, key);
-                if (current && remote_delete_under_way(stripe)) {
-                    current = std::nullopt;
-                }
             } else {
                 write.reset();
                 continue;

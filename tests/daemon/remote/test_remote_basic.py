@@ -459,3 +459,39 @@ def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, re
         if results.get("del") == 1 and after != (None, None):
             wrong.append((trial, results, after))
     assert not wrong
+
+
+def test_a_get_during_a_del_never_copies_the_deleted_value_back(remote_daemon, redis_server):
+    """A GET that misses locally while a DEL is still deleting from Redis
+    reads Redis's doomed copy: serving it is fine (the DEL has not answered),
+    but it was copied back into memory and disk, and outlived the DEL, also
+    after a restart (a review: 3 of 3 with Redis's writes paused, 5 of 300
+    without). CLIENT PAUSE WRITE holds the DEL's delete for 1.5 s."""
+    r = redis_client(redis_server)
+    d = remote_daemon(op_ms=10000, connect_ms=3000)
+    wait_remote_state(d, "connected")
+    wrong = []
+    for trial in range(3):
+        redis_key, _ = fx_key(f"get-during-del-{trial}")
+        r.set(redis_key, b"OLD")  # only Redis holds it
+        results = {}
+
+        def delete():
+            results["del"] = redis_py.Redis(unix_socket_path=str(d.socket),
+                                            socket_timeout=30).delete(redis_key)
+
+        def get():
+            time.sleep(0.2)  # the DEL's delete from Redis is held
+            results["get"] = redis_py.Redis(unix_socket_path=str(d.socket),
+                                            socket_timeout=30).get(redis_key)
+
+        r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        threads = [threading.Thread(target=delete), threading.Thread(target=get)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        after = redis_py.Redis(unix_socket_path=str(d.socket)).get(redis_key)
+        if results.get("del") == 1 and after is not None:
+            wrong.append((trial, results, after))
+    assert not wrong
