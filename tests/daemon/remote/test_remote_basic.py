@@ -421,13 +421,36 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
     assert not wrong
 
 
+def during_a_paused_del(d, r, redis_key: str, action) -> dict:
+    """A DEL of `redis_key` through `d` while CLIENT PAUSE WRITE holds its
+    delete from Redis for 1.5 s (reads go on), and `action(client)` 0.2 s
+    into it: their answers, under "del" and "other"."""
+    results = {}
+
+    def client():
+        return redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
+
+    def delete():
+        results["del"] = client().delete(redis_key)
+
+    def other():
+        time.sleep(0.2)  # the DEL's delete from Redis is held
+        results["other"] = action(client())
+
+    r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+    threads = [threading.Thread(target=delete), threading.Thread(target=other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
 def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, redis_server):
     """A DEL deletes locally, then from Redis, outside the key's lock. A SET
     XX in between found nothing local, read Redis's copy, found no write of
     the key since it asked, and stored: both answered, the XX's value stayed
-    (a re-review: 5 of 5 with Redis's writes paused, 43 of 352 without).
-    Here CLIENT PAUSE WRITE holds the DEL's delete from Redis for 1.5 s
-    while reads go on."""
+    (a re-review: 5 of 5 with Redis's writes paused, 43 of 352 without)."""
     r = redis_client(redis_server)
     d = remote_daemon(op_ms=10000, connect_ms=3000)
     wait_remote_state(d, "connected")
@@ -437,23 +460,8 @@ def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, re
         via = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
         via.set(redis_key, b"OLD")
         wait_for(lambda: r.exists(redis_key) == 1, timeout=10)  # written behind
-        results = {}
-
-        def delete():
-            results["del"] = redis_py.Redis(unix_socket_path=str(d.socket),
-                                            socket_timeout=30).delete(redis_key)
-
-        def set_xx():
-            time.sleep(0.2)  # the DEL's delete from Redis is held
-            results["xx"] = redis_py.Redis(unix_socket_path=str(d.socket),
-                                           socket_timeout=30).set(redis_key, b"NEW", xx=True)
-
-        r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
-        threads = [threading.Thread(target=delete), threading.Thread(target=set_xx)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        results = during_a_paused_del(d, r, redis_key,
+                                      lambda c: c.set(redis_key, b"NEW", xx=True))
         time.sleep(0.3)  # a stored XX is written behind to Redis
         after = (via.get(redis_key), r.get(redis_key))
         if results.get("del") == 1 and after != (None, None):
@@ -466,7 +474,7 @@ def test_a_get_during_a_del_never_copies_the_deleted_value_back(remote_daemon, r
     reads Redis's doomed copy: serving it is fine (the DEL has not answered),
     but it was copied back into memory and disk, and outlived the DEL, also
     after a restart (a review: 3 of 3 with Redis's writes paused, 5 of 300
-    without). CLIENT PAUSE WRITE holds the DEL's delete for 1.5 s."""
+    without)."""
     r = redis_client(redis_server)
     d = remote_daemon(op_ms=10000, connect_ms=3000)
     wait_remote_state(d, "connected")
@@ -474,23 +482,7 @@ def test_a_get_during_a_del_never_copies_the_deleted_value_back(remote_daemon, r
     for trial in range(3):
         redis_key, _ = fx_key(f"get-during-del-{trial}")
         r.set(redis_key, b"OLD")  # only Redis holds it
-        results = {}
-
-        def delete():
-            results["del"] = redis_py.Redis(unix_socket_path=str(d.socket),
-                                            socket_timeout=30).delete(redis_key)
-
-        def get():
-            time.sleep(0.2)  # the DEL's delete from Redis is held
-            results["get"] = redis_py.Redis(unix_socket_path=str(d.socket),
-                                            socket_timeout=30).get(redis_key)
-
-        r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
-        threads = [threading.Thread(target=delete), threading.Thread(target=get)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        results = during_a_paused_del(d, r, redis_key, lambda c: c.get(redis_key))
         after = redis_py.Redis(unix_socket_path=str(d.socket)).get(redis_key)
         if results.get("del") == 1 and after is not None:
             wrong.append((trial, results, after))
