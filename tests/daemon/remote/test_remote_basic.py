@@ -379,6 +379,34 @@ def test_zero_byte_queue_means_read_only(remote_daemon, redis_server):
     assert redis_client(redis_server).dbsize() == 0
 
 
+def race_with_del(d, redis_key: str, action, del_after=0.0, action_after=0.0) -> dict:
+    """A DEL of `redis_key` through `d` and `action(client)` on another
+    connection, each begun after its delay: their answers, under "del" and
+    "other"."""
+    results = {}
+
+    def run(name, after, call):
+        client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
+        client.ping()
+        time.sleep(after)
+        results[name] = call(client)
+
+    threads = [threading.Thread(target=run, args=("del", del_after, lambda c: c.delete(redis_key))),
+               threading.Thread(target=run, args=("other", action_after, action))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+def during_a_paused_del(d, r, redis_key: str, action) -> dict:
+    """race_with_del while CLIENT PAUSE WRITE holds the DEL's delete from
+    Redis for 1.5 s (reads go on), `action` 0.2 s into it."""
+    r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+    return race_with_del(d, redis_key, action, action_after=0.2)
+
+
 def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daemon, redis_server):
     """SET XX with nothing local asks Redis before it takes the key's lock
     (its round trip must not hold up other puts). A DEL that began and ended
@@ -394,24 +422,9 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
     for trial in range(4):
         redis_key, _ = fx_key(f"xx-after-del-{trial}")
         r.set(redis_key, os.urandom(64 << 20))  # only Redis holds it
-        results = {}
-
-        def set_xx():
-            client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
-            results["xx"] = client.set(redis_key, b"XXVALUE", xx=True)
-
-        def delete():
-            client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
-            client.ping()
-            time.sleep(0.02)  # the XX is reading Redis's copy
-            results["del"] = client.delete(redis_key)
-            results["del_done"] = time.monotonic()
-
-        threads = [threading.Thread(target=set_xx), threading.Thread(target=delete)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        # The DEL 0.02 s in: the XX is reading Redis's copy.
+        results = race_with_del(d, redis_key, lambda c: c.set(redis_key, b"XXVALUE", xx=True),
+                                del_after=0.02)
         after = redis_py.Redis(unix_socket_path=str(d.socket)).get(redis_key)
         # XX answered OK after the DEL removed the key: only a linearization
         # with the XX first explains OK, and then the DEL removed its value.
@@ -419,31 +432,6 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
             wrong.append((trial, results, after[:8], r.exists(redis_key)))
         r.delete(redis_key)
     assert not wrong
-
-
-def during_a_paused_del(d, r, redis_key: str, action) -> dict:
-    """A DEL of `redis_key` through `d` while CLIENT PAUSE WRITE holds its
-    delete from Redis for 1.5 s (reads go on), and `action(client)` 0.2 s
-    into it: their answers, under "del" and "other"."""
-    results = {}
-
-    def client():
-        return redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=30)
-
-    def delete():
-        results["del"] = client().delete(redis_key)
-
-    def other():
-        time.sleep(0.2)  # the DEL's delete from Redis is held
-        results["other"] = action(client())
-
-    r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
-    threads = [threading.Thread(target=delete), threading.Thread(target=other)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
 
 
 def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, redis_server):
