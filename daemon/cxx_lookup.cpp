@@ -36,14 +36,14 @@ proto::Error storage_error(const store::StoreError& error) {
 
 awaitable<tl::expected<CxxLookupAnswer, proto::Error>>
 serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier,
-                 bool peer_shares_files) {
+                 bool peer_shares_files, PendingReplies* pending) {
     auto request = cxx::parse_lookup(body);
     if (!request) {
         co_return tl::unexpected(request.error());
     }
     const auto deadline = std::chrono::steady_clock::now() + hash_request_budget();
     const std::string manifest_key = std::string(cxx::k_manifest_prefix) + request->common_key;
-    auto found = co_await fetch(context, cxx::k_namespace, manifest_key, hit_tier);
+    auto found = co_await fetch(context, cxx::k_namespace, manifest_key, hit_tier, pending);
     if (!found) {
         co_return tl::unexpected(storage_error(found.error()));
     }
@@ -56,7 +56,10 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
     if (!cxx::lookup_response_fits((*found)->value.size(), 0)) {
         co_return answer; // no frame carries it: answered as not a manifest
     }
-    answer.manifest = std::move((*found)->value);
+    // Without its read-budget charge (it fits one frame): else a result
+    // larger than the budget less the manifest waited for room the lookup
+    // itself held, and was refused.
+    answer.manifest = (*found)->value.without_charge();
     const auto manifest = cxx::Manifest::decode(answer.manifest.bytes());
     if (!manifest) {
         co_return answer; // the launcher sees it is corrupt
@@ -119,7 +122,7 @@ serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::Laten
             continue;
         }
         const auto key = cxx::result_key(request->common_key, manifest->variants[v]);
-        auto result = co_await fetch(context, cxx::k_namespace, key, hit_tier);
+        auto result = co_await fetch(context, cxx::k_namespace, key, hit_tier, pending);
         if (!result) {
             co_return tl::unexpected(storage_error(result.error()));
         }

@@ -19,6 +19,7 @@
 namespace pt2cache::daemon {
 
 struct Context;
+struct PendingReplies;
 
 struct CxxLookupAnswer {
     proto::cxx::LookupOutcome outcome = proto::cxx::LookupOutcome::no_manifest;
@@ -27,9 +28,10 @@ struct CxxLookupAnswer {
 };
 
 // Serves one CXX_LOOKUP body; `hit_tier` gets the tier of the last value
-// read (for the latency histograms).
+// read (for the latency histograms). A large manifest or result that waits
+// for room in the read budget sends `pending` first (see fetch()).
 awaitable<tl::expected<CxxLookupAnswer, proto::Error>>
 serve_cxx_lookup(Context& context, std::span<const std::byte> body, store::LatencyTier* hit_tier,
-                 bool peer_shares_files);
+                 bool peer_shares_files, PendingReplies* pending);
 
 } // namespace pt2cache::daemon

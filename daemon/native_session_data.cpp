@@ -350,8 +350,9 @@ awaitable<bool> NativeSession::handle_bundle_end(const proto::Header& header,
 awaitable<bool> NativeSession::handle_cxx_lookup(const proto::Header& header,
                                                  std::span<const std::byte> body) {
     measure(proto::cxx::k_namespace, LatencyOp::get);
+    PendingReplies pending{m_connection, m_out};
     auto answer = co_await serve_cxx_lookup(m_context, body, &m_measured_tier,
-                                            m_connection.peer_shares_files());
+                                            m_connection.peer_shares_files(), &pending);
     if (!answer) {
         co_return fail(header, answer.error());
     }

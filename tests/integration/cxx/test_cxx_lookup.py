@@ -11,7 +11,7 @@ import pytest
 
 from cxx_helpers import CLI, KERNEL, KERNEL_H, counters, cxx, launcher_env, ok, run, write
 from integ_helpers import NativeClient, error_reply
-from pt2harness import STATUS, frame
+from pt2harness import OP, STATUS, drain_disk_queue, frame, key_body
 
 CXX_LOOKUP = 0x0E
 NO_MANIFEST, NO_MATCH, HIT, UNDECIDED = 0, 1, 2, 3
@@ -35,6 +35,10 @@ def lookup(conn, common_key: bytes, rules):
 
 @pytest.fixture
 def built(daemon, tmp_root):
+    return build_kernel(daemon, tmp_root)
+
+
+def build_kernel(daemon, tmp_root):
     """A kernel built (and stored) through the launcher, and what
     `pt2cache cxx --explain` says of it: common key, rewrites, result key."""
     env = launcher_env(daemon, tmp_root / "t")
@@ -172,3 +176,29 @@ def test_rules_that_grow_paths_without_end_are_undecided_at_once(daemon, built):
     assert time.monotonic() - started < 2.5
     NativeClient(daemon.socket).ping()
     assert daemon.proc.poll() is None
+
+
+def test_a_lookup_never_waits_for_room_its_own_pipelined_replies_hold(make_daemon, tmp_root):
+    """A GET of a 2 MiB value on disk, then a CXX_LOOKUP whose result is 2 MiB
+    on disk, sent in one write against a 1 MiB read budget: the lookup waited
+    10 s for the room the GET's reply, not yet sent, held, then failed (the
+    same as a GET's, fixed before for GETs only). It sends the session's
+    replies before it waits now."""
+    d = make_daemon("--set", "memory.max_size=1MiB", "--set", "daemon.max_reply_bytes=1MiB")
+    common, rules, result_key = build_kernel(d, tmp_root)
+    conn = NativeClient(d.socket)
+    size = 2 << 20
+    result, other = bytes(range(256)) * (size // 256), b"\x02" * size
+    assert conn.put("cxx", result_key, result) == STATUS["ok"]
+    assert conn.put("other", b"large", other) == STATUS["ok"]
+    drain_disk_queue(d)
+    started = time.monotonic()
+    conn.send(frame(OP["get"], key_body("other", b"large"), rid=1) +
+              frame(CXX_LOOKUP, body(common, rules), rid=2))
+    assert conn.reply() == (OP["get"], STATUS["ok"], 1, other)
+    op, status, rid, reply = conn.reply()
+    assert (op, status, rid) == (CXX_LOOKUP, STATUS["ok"], 2), reply[:200]
+    outcome, size_of_manifest = struct.unpack_from("<BI", reply, 0)
+    assert (outcome, reply[5 + size_of_manifest:]) == (HIT, result)
+    assert time.monotonic() - started < 5
+    assert d.stats()["daemon"]["reads_refused"] == 0
