@@ -8,30 +8,48 @@
 
 namespace pt2cache::daemon {
 
-void InflightBudget::begin_wait(const void* lease, std::uint64_t held) {
+void InflightBudget::begin_wait(const void* lease, std::uint64_t ticket, std::uint64_t held,
+                                std::uint64_t wanted) {
     std::lock_guard lock(m_waiters_mutex);
-    m_waiters.push_back(Waiter{lease, held, m_next_order++});
+    const auto after = std::find_if(m_waiters.begin(), m_waiters.end(),
+                                    [&](const Waiter& waiter) { return waiter.ticket > ticket; });
+    m_waiters.insert(after, Waiter{lease, ticket, held, wanted});
+    m_waiting.store(m_waiters.size(), std::memory_order_relaxed);
 }
 
 void InflightBudget::end_wait(const void* lease) {
     std::lock_guard lock(m_waiters_mutex);
     std::erase_if(m_waiters, [&](const Waiter& waiter) { return waiter.lease == lease; });
+    m_waiting.store(m_waiters.size(), std::memory_order_relaxed);
+}
+
+bool InflightBudget::try_take_for(const void* lease, std::uint64_t bytes) {
+    if (m_waiting.load(std::memory_order_relaxed) == 0) {
+        return try_take(bytes); // the usual case: nobody waits
+    }
+    std::uint64_t keep_free = 0;
+    {
+        std::lock_guard lock(m_waiters_mutex);
+        if (!m_waiters.empty() && m_waiters.front().lease != lease) {
+            keep_free = m_waiters.front().wanted;
+        }
+    }
+    return try_take(bytes, keep_free);
 }
 
 bool InflightBudget::should_give_way(const void* lease) const {
     std::lock_guard lock(m_waiters_mutex);
     std::uint64_t waiting_held = 0;
-    const Waiter* most = nullptr;
+    const Waiter* youngest = nullptr; // holding some
     for (const Waiter& waiter : m_waiters) {
         waiting_held += waiter.held;
-        if (waiter.held > 0 && (most == nullptr || waiter.held > most->held ||
-                                (waiter.held == most->held && waiter.order > most->order))) {
-            most = &waiter;
+        if (waiter.held > 0) {
+            youngest = &waiter;
         }
     }
     // Bytes held by a request still arriving, or one being served, come back
     // without anyone giving way.
-    return most != nullptr && most->lease == lease && waiting_held >= in_use();
+    return youngest != nullptr && youngest->lease == lease && waiting_held >= in_use();
 }
 
 namespace {
@@ -43,7 +61,7 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
         co_return true;
     }
     const std::uint64_t more = bytes - m_bytes;
-    if (m_budget.try_take(more)) {
+    if (m_budget.try_take_for(this, more)) {
         m_bytes = bytes;
         co_return true;
     }
@@ -52,7 +70,10 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
     }
     // Others are receiving large requests: wait for them, polling, as a
     // queue of waiters would need a wake-up path through every give_back.
-    m_budget.begin_wait(this, m_bytes);
+    if (m_ticket == 0) {
+        m_ticket = m_budget.next_ticket();
+    }
+    m_budget.begin_wait(this, m_ticket, m_bytes, more);
     struct EndWait {
         InflightBudget& budget;
         const void* lease;
@@ -68,7 +89,7 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
         timer.expires_after(pause);
         boost::system::error_code ec;
         co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
-        if (m_budget.try_take(more)) {
+        if (m_budget.try_take_for(this, more)) {
             m_bytes = bytes;
             co_return true;
         }
@@ -88,8 +109,8 @@ awaitable<bool> InflightLease::grow_to(std::uint64_t bytes, std::chrono::millise
 
 std::string refusal_reason(const InflightLease& lease) {
     if (lease.gave_way()) {
-        return "while every request holding some of it waited for more (this one, holding the "
-               "most, gave way)";
+        return "while every request holding some of it waited for more (this one, the latest "
+               "to wait, gave way)";
     }
     return fmt::format("within {} s", k_inflight_patience.count() / 1000);
 }
@@ -98,6 +119,9 @@ void InflightLease::resize_down(std::uint64_t bytes) {
     if (bytes < m_bytes) {
         m_budget.give_back(m_bytes - bytes);
         m_bytes = bytes;
+    }
+    if (m_bytes == 0) {
+        m_ticket = 0; // the request is over: a later one waits behind those waiting now
     }
 }
 

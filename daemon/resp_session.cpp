@@ -77,6 +77,22 @@ awaitable<void> RespSession::run() {
                         fmt::format("command longer than max_value_size + {} bytes "
                                     "(the query buffer limit)",
                                     k_command_slack)};
+                } else if (input.size() + need->bytes >
+                           InputBuffer::k_base + m_context.inflight.limit()) {
+                    // It could never fit the in-flight budget: refused as
+                    // soon as its length arrives, not after waiting for room
+                    // (or before requests that fit give way to it). Replies
+                    // due go out first.
+                    if (!m_sets.empty()) {
+                        (void)co_await flush_sets();
+                    }
+                    m_context.stats.daemon().inflight_refused++;
+                    logger("resp").warn("[{}] a {} byte command is longer than "
+                                        "daemon.max_inflight_bytes ({} bytes); closing",
+                                        m_connection.id(), input.size() + need->bytes,
+                                        m_context.inflight.limit());
+                    co_await m_connection.flush(m_out);
+                    co_return;
                 } else {
                     // Grow by what actually arrives (at most doubling per
                     // read), never by what a length claims: a client that

@@ -4,6 +4,7 @@
 // and the read budget of large values being read and sent (read_budget.hpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -24,12 +25,14 @@ public:
     std::uint64_t limit() const { return m_limit.load(std::memory_order_relaxed); }
     std::uint64_t in_use() const { return m_in_use.load(std::memory_order_relaxed); }
 
-    // Takes `bytes` if they fit under the limit now (see WhenEmpty).
-    bool try_take(std::uint64_t bytes) {
+    // Takes `bytes` if they fit under the limit now, leaving `keep_free`
+    // bytes of it untaken (see WhenEmpty).
+    bool try_take(std::uint64_t bytes, std::uint64_t keep_free = 0) {
         std::uint64_t used = m_in_use.load(std::memory_order_relaxed);
         for (;;) {
             const std::uint64_t limit = m_limit.load(std::memory_order_relaxed);
-            const bool fits = bytes <= limit && used <= limit - bytes;
+            const std::uint64_t room = limit - std::min(limit, keep_free);
+            const bool fits = bytes <= room && used <= room - bytes;
             if (!fits && (used != 0 || m_when_empty == WhenEmpty::refuse_over_limit)) {
                 return false;
             }

@@ -313,29 +313,37 @@ def test_large_requests_arriving_together_do_not_wait_each_other_out(make_daemon
     assert healthy.stats()["daemon"]["inflight_bytes"] == 0
 
 
+def resp_set_in_steps(d, name: bytes, size: int, chunk: int, gap: float) -> bytes:
+    """A RESP SET of `size` random bytes sent `chunk` bytes at a time, `gap`
+    seconds apart: the daemon's reply, or b"closed"."""
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(str(d.socket))
+    message = (b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, size) +
+               os.urandom(size) + b"\r\n")
+    try:
+        for at in range(0, len(message), chunk):
+            c.sendall(message[at:at + chunk])
+            time.sleep(gap)
+        c.settimeout(30)
+        return c.recv(100) or b"closed"
+    except OSError:
+        return b"closed"
+    finally:
+        c.close()
+
+
 def test_a_request_that_fits_is_not_refused_for_one_that_never_will(make_daemon):
     """RESP: a 3 MiB SET arriving in steps beside a 20 MiB SET, against an 8
-    MiB budget (a review of the rule above, when the one holding the least
-    gave way: the 3 MiB SET was refused, then the 20 MiB one anyway). The
-    one holding the most gives way now: the 20 MiB SET, which never fits."""
+    MiB budget (a review of an earlier give-way rule, when the one holding
+    the least gave way: the 3 MiB SET was refused, then the 20 MiB one
+    anyway). The 20 MiB SET, longer than the whole budget, is refused as soon
+    as its length arrives, as a native frame is."""
     d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
     replies = {}
 
     def client(name: bytes, size: int, chunk: int, gap: float, delay: float):
         time.sleep(delay)
-        c = socket.socket(socket.AF_UNIX)
-        c.connect(str(d.socket))
-        message = (b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, size) +
-                   os.urandom(size) + b"\r\n")
-        try:
-            for at in range(0, len(message), chunk):
-                c.sendall(message[at:at + chunk])
-                time.sleep(gap)
-            c.settimeout(30)
-            replies[name] = c.recv(100) or b"closed"
-        except OSError:
-            replies[name] = b"closed"
-        c.close()
+        replies[name] = resp_set_in_steps(d, name, size, chunk, gap)
 
     threads = [threading.Thread(target=client, args=(b"fits", 3 << 20, 256 << 10, 0.02, 0)),
                threading.Thread(target=client, args=(b"never", 20 << 20, 1 << 20, 0, 0.05))]
@@ -346,6 +354,53 @@ def test_a_request_that_fits_is_not_refused_for_one_that_never_will(make_daemon)
         t.join(timeout=60)
     assert replies == {b"fits": b"+OK\r\n", b"never": b"closed"}, replies
     assert time.monotonic() - started < 5
+
+
+def test_sets_before_a_command_longer_than_the_budget_are_answered(make_daemon):
+    """A pipeline of a small SET and a SET announcing more than the whole
+    in-flight budget: the second is refused (closed) as soon as its length
+    arrives, and the first is stored and answered before."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=4MiB")
+    c = RawConnection(d.socket)
+    c.send(b"*3\r\n$3\r\nSET\r\n$5\r\nsmall\r\n$2\r\nv1\r\n"
+           b"*3\r\n$3\r\nSET\r\n$5\r\nlarge\r\n$%d\r\n" % (8 << 20) + b"\0" * 4096)
+    assert c.recv_exact(5) == b"+OK\r\n"
+    assert closed_within(c.sock, 5)
+    healthy = RawConnection(d.socket)
+    healthy.send(b"*2\r\n$3\r\nGET\r\n$5\r\nsmall\r\n")
+    assert healthy.recv_exact(8) == b"$2\r\nv1\r\n"
+    assert d.stats()["daemon"]["inflight_refused"] == 1
+
+
+def test_a_large_request_that_fits_is_not_starved_by_smaller_ones(make_daemon):
+    """A 10 MiB SET retried while three clients keep sending 4 MiB SETs,
+    against a 16 MiB budget: the smaller ones took every room that freed
+    before the large one looked again, and when all waited the large one,
+    holding the most, gave way (a review: refused 19 of 20 times). The
+    oldest waiter's room is kept for it now, and the latest to wait gives
+    way."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=16MiB")
+    stop = threading.Event()
+    medium = []
+
+    def loop(i: int):
+        while not stop.is_set() and len(medium) < 400:
+            medium.append(resp_set_in_steps(d, b"m%d" % i, 4 << 20, 256 << 10, 0.005))
+
+    loopers = [threading.Thread(target=loop, args=(i,)) for i in range(3)]
+    for t in loopers:
+        t.start()
+    try:
+        large = [resp_set_in_steps(d, b"large", 10 << 20, 256 << 10, 0.005) for _ in range(6)]
+    finally:
+        stop.set()
+        for t in loopers:
+            t.join(timeout=60)
+    # One that began to wait after others may still give way to them (16 of
+    # 20 served in a longer run, 0 of 20 before).
+    assert large.count(b"+OK\r\n") >= 2, large
+    assert medium.count(b"+OK\r\n") >= len(medium) // 3, medium
+    assert d.stats()["daemon"]["inflight_bytes"] == 0
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:
