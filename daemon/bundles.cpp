@@ -207,23 +207,15 @@ void parallel_for(asio::thread_pool* pool, unsigned helpers, std::size_t count, 
 
 } // namespace
 
-BundleRestore restore_bundle(store::Store& store, std::string_view key, asio::thread_pool* pool,
-                             unsigned helpers) {
+BundleRestore restore_bundle(store::Store& store, std::string_view key, const store::Entry& found,
+                             asio::thread_pool* pool, unsigned helpers) {
     auto& log = logger("bundle");
     const auto ns = autotune::k_bundle_namespace;
-    auto found = store.get(ns, key);
-    if (!found) {
-        log.warn("bundle {} could not be read, treated as a miss: {}", key, found.error().message);
-        return {};
-    }
-    if (!*found) {
-        return {};
-    }
-    auto bundle = autotune::decode_bundle((*found)->value.text());
+    auto bundle = autotune::decode_bundle(found.value.text());
     if (!bundle) {
         store.stats().tier(ns, store::TierId::memory).corrupt++;
         log.warn("bundle {} is not a JSON object ({} bytes, {}), treated as a miss", key,
-                 (*found)->value.size(), bundle.error());
+                 found.value.size(), bundle.error());
         return {};
     }
     if (bundle->skipped != 0) {

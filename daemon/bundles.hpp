@@ -120,15 +120,16 @@ struct BundleRestore {
     std::uint64_t time_saved_ms = 0;
 };
 
-// BUNDLE_BEGIN's lookup (blocking: run it on the worker pool). Reads bundle
-// `key` from namespace `autotune-bundle`; on a hit writes each entry into
-// namespace `autotune` and sums their time_taken_ms. A lookup that fails
-// and a bundle that is not a JSON object are misses; the latter is counted
-// as `corrupt` of namespace autotune-bundle (memory tier row). Large bundles
+// BUNDLE_BEGIN's restore (blocking: run it on the worker pool) of `found`,
+// the bundle read from `key` in namespace `autotune-bundle` (by the session,
+// as a GET reads: a large bundle waits for room in the read budget): writes
+// each entry into namespace `autotune` and sums their time_taken_ms. A
+// bundle that is not a JSON object is a miss, counted as `corrupt` of
+// namespace autotune-bundle (memory tier row). Large bundles
 // are written by the calling thread and up to `helpers` tasks posted to
 // `pool` (helpers that start after the work ran out return at once, so a
 // busy pool never holds the caller up).
-BundleRestore restore_bundle(store::Store& store, std::string_view key,
+BundleRestore restore_bundle(store::Store& store, std::string_view key, const store::Entry& found,
                              asio::thread_pool* pool = nullptr, unsigned helpers = 0);
 
 // BUNDLE_END's store (blocking): writes `{basename: best_config, ...}` as

@@ -311,9 +311,19 @@ awaitable<bool> NativeSession::handle_bundle_begin(const proto::Header& header,
     }
     measure(proto::autotune::k_bundle_namespace, LatencyOp::bundle_begin);
     auto key = proto::autotune::bundle_key(request->code_hash, request->backend_hash);
-    const auto restore = co_await offload(pool(), [&] {
-        return restore_bundle(store(), key, &pool(), m_context.config.blocking_threads - 1);
-    });
+    PendingReplies pending{m_connection, m_out};
+    auto found =
+        co_await fetch(m_context, proto::autotune::k_bundle_namespace, key, nullptr, &pending);
+    BundleRestore restore;
+    if (!found) {
+        logger("bundle").warn("bundle {} could not be read, treated as a miss: {}", key,
+                              found.error().message);
+    } else if (*found) {
+        restore = co_await offload(pool(), [&] {
+            return restore_bundle(store(), key, **found, &pool(),
+                                  m_context.config.blocking_threads - 1);
+        });
+    }
     proto::BundleBeginResponse response;
     response.token = bundles().open(std::move(key), restore.hit);
     response.hit = restore.hit;

@@ -14,7 +14,7 @@ import threading
 import time
 
 from integ_helpers import NativeClient, error_reply
-from pt2harness import OP, STATUS, frame, key_body, wait_for
+from pt2harness import OP, STATUS, drain_disk_queue, frame, key_body, wait_for
 
 OK, MISS = STATUS["ok"], STATUS["miss"]
 UNKNOWN_TOKEN = STATUS["unknown_token"]
@@ -381,6 +381,46 @@ def test_a_large_bundle_restores_every_entry(make_daemon):
         assert conn.get("autotune", key.encode()) == (OK, json.dumps(data).encode())
     stats = conn.stats()["namespaces"]["autotune"]
     assert stats["memory"]["hits"] == len(configs)
+
+
+def test_a_large_bundle_waits_for_room_in_the_read_budget(make_daemon, tmp_root):
+    """A 1.5 MiB bundle on disk, begun while another client's unread 2 MiB
+    reply holds the whole read budget: BUNDLE_BEGIN read the bundle beside
+    GET's way, met no room, and answered a miss at once (a review). It reads
+    as GET does now: it waits, and restores the bundle once the room is
+    back."""
+    d = make_daemon("--set", "memory.max_size=1MiB", "--set", "daemon.max_reply_bytes=1MiB")
+    configs = {local_key(f"wide {i}"): best_config(i, padding="p" * 64) for i in range(6000)}
+    path = tmp_root / "bundle"
+    path.write_text(json.dumps(configs))
+    assert path.stat().st_size > 3 << 19
+    code_hash = "c" + "w" * 51
+    assert d.cli("put", "autotune-bundle", bundle_key(code_hash), str(path)).returncode == 0
+    other = os.urandom(2 << 20)
+    holder = NativeClient(d.socket)
+    assert holder.put("other", b"large", other) == OK
+    drain_disk_queue(d)
+    # Its reply, left unread, keeps the value's charge until it is sent.
+    holder.send(frame(OP["get"], key_body("other", b"large"), rid=5))
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] >= 2 << 20, timeout=5,
+             what="the unread reply to hold the read budget")
+    begun = {}
+
+    def begin():
+        begun["answer"] = BundleClient(d.socket, timeout=30).begin(code_hash)
+        begun["at"] = time.monotonic()
+
+    beginner = threading.Thread(target=begin)
+    beginner.start()
+    time.sleep(0.5)
+    assert "answer" not in begun  # waiting for room
+    read_at = time.monotonic()
+    assert holder.reply() == (OP["get"], OK, 5, other)
+    beginner.join(timeout=30)
+    _, hit, entries, _ = begun["answer"]
+    assert (hit, entries) == (True, len(configs))
+    assert begun["at"] - read_at < 5
+    assert d.stats()["daemon"]["reads_refused"] == 0
 
 
 def test_bundle_through_redis_reaches_a_fresh_daemon(make_daemon, redis_server):
