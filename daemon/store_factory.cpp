@@ -184,7 +184,7 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         options.compress_threshold = config.compress_threshold;
         options.compress_level = config.compress_level;
         options.small_entry_max = config.disk_small_entry_max;
-        options.read_budget = std::move(reads);
+        options.read_budget = reads;
         if (config.disk_write_mode == "async") {
             options.write_mode = store::DiskWriteMode::async;
             options.write_queue_bytes = config.disk_write_queue_size;
@@ -193,8 +193,10 @@ std::unique_ptr<store::Store> make_store(const config::Config& config, store::St
         }
         disk = std::make_unique<store::DiskTier>(root, options, stats);
     }
-    return std::make_unique<store::Store>(stats, store_policy(config), std::move(memory),
-                                          std::move(disk), make_remote(config, stats));
+    auto store = std::make_unique<store::Store>(stats, store_policy(config), std::move(memory),
+                                                std::move(disk), make_remote(config, stats));
+    store->set_read_budget(std::move(reads));
+    return store;
 }
 
 } // namespace pt2cache::daemon

@@ -41,6 +41,8 @@ public:
             }
         }
     }
+    // Takes `bytes` whatever is held: for bytes already allocated.
+    void take(std::uint64_t bytes) { m_in_use.fetch_add(bytes, std::memory_order_relaxed); }
     void give_back(std::uint64_t bytes) { m_in_use.fetch_sub(bytes, std::memory_order_relaxed); }
 
 private:

@@ -10,6 +10,11 @@ std::optional<ReadHold> ReadBudget::try_hold(std::uint64_t bytes) {
     return std::optional<ReadHold>(std::in_place, shared_from_this(), bytes);
 }
 
+ReadHold ReadBudget::hold(std::uint64_t bytes) {
+    take(bytes);
+    return ReadHold(shared_from_this(), bytes);
+}
+
 ReadHold::~ReadHold() {
     if (m_budget) {
         m_budget->give_back(m_bytes);

@@ -30,6 +30,9 @@ public:
 
     // try_take, as a hold to be attached to the value read.
     std::optional<ReadHold> try_hold(std::uint64_t bytes);
+    // take, as a hold: for a value read before its size was known (a
+    // remote get), which the reads after it wait for.
+    ReadHold hold(std::uint64_t bytes);
 };
 
 // Bytes taken from a ReadBudget for one read: given back when the hold goes,

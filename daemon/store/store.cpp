@@ -127,6 +127,13 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
             backfill_memory(ns, key, **result, stripe, mark);
             add(m_stats.remote().backfills);
         }
+        // After the copies above, which must not keep the charge; the gets
+        // sharing this flight share it.
+        if (result && *result && m_reads != nullptr &&
+            (*result)->value.size() >= SharedReads::k_min_value_size) {
+            auto& value = (*result)->value;
+            value = m_reads->hold(value.size()).attach(value);
+        }
         return result;
     });
     if (!outcome.leader) {

@@ -103,6 +103,13 @@ public:
     tl::expected<bool, StoreError> put_disk_behind(std::string_view ns, std::string_view key,
                                                    const Entry& entry);
 
+    // Large values (SharedReads::k_min_value_size and more) that a remote get
+    // returns are charged to `reads` until their last copy is gone, as the
+    // disk tier's reads are (DiskOptions::read_budget). Redis's reply is read
+    // before its size is known: it is charged whatever the budget holds, and
+    // the reads after it wait. Set before the store serves.
+    void set_read_budget(std::shared_ptr<ReadBudget> reads) { m_reads = std::move(reads); }
+
     // Memory, then disk, then remote. A disk hit is copied into memory, a
     // remote hit into disk and memory (counted as a remote `backfills`). A failing tier is treated
     // as a miss there; an error is returned only when every tier consulted failed.
@@ -276,6 +283,7 @@ private:
     std::array<std::mutex, k_stripe_count> m_stripes;
     std::array<WriteCounts, k_stripe_count> m_writes;
     SingleFlight<tl::expected<std::optional<Entry>, StoreError>> m_remote_flights;
+    std::shared_ptr<ReadBudget> m_reads; // null: remote values are not charged
     // A failing remote (error replies, timeouts) fails every request: one
     // line per 10 s for gets, one for puts.
     LogThrottle m_remote_get_log;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from pt2harness import OP, frame, key_body, wait_for
 from remote_helpers import OK, Native, command_calls, fx_key, inductor_value, redis_client, \
     remote_stats, wait_remote_state
 
@@ -44,3 +45,28 @@ def test_concurrent_gets_of_a_remote_only_key_send_one_get(remote_daemon, redis_
     # (a local hit).
     fx = d.stats()["namespaces"]["fx-graph"]
     assert stats["coalesced"] + 1 + fx["memory"]["hits"] + fx["disk"]["hits"] == len(clients)
+
+
+def test_a_large_value_from_redis_is_charged_to_the_read_budget(remote_daemon, redis_server):
+    """A 2 MiB value only Redis holds, read by a client that leaves the reply
+    unread: only values read from disk were charged to daemon.max_reply_bytes
+    (a review), so large values read from Redis were held outside it. Such a
+    value is charged now, once read (its size is known only then), until its
+    reply is written; gets sharing the read share the charge."""
+    d = remote_daemon(extra=["--set", "memory.max_size=1MiB",
+                             "--set", "daemon.max_reply_bytes=1MiB"])
+    wait_remote_state(d, "connected")
+    redis_key, inner = fx_key("charged")
+    value = inductor_value(1_600_000)  # base64 in JSON: about 2.1 MB
+    redis_client(redis_server).set(redis_key, value)
+    reader = Native(d.socket)
+    reader.conn.send(frame(OP["get"], key_body("fx-graph", inner.encode()), rid=7))
+    # The reply, left unread, holds the value's charge until it is sent.
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] == len(value), timeout=5,
+             what="the value from Redis to be charged")
+    assert reader.reply() == (OP["get"], OK, 7, value)
+    wait_for(lambda: d.stats()["daemon"]["read_bytes"] == 0, timeout=5,
+             what="the charge to be given back")
+    # The backfilled copy on disk is read (and charged) as before.
+    assert Native(d.socket).get("fx-graph", inner) == (OK, value)
+    assert d.stats()["namespaces"]["fx-graph"]["disk"]["hits"] == 1
