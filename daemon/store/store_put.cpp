@@ -90,18 +90,18 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
                 from_remote = remote_expiry(ns, key);
             }
         }
-        if (local) {
-            write.emplace(*this, stripe);
-        }
+        // Also for a namespace only Redis keeps: a DEL of it takes the same
+        // lock, and the put is queued for Redis under it (a review: XX and
+        // DEL of a remote-only key, both answered, left the XX's value).
+        write.emplace(*this, stripe);
         // The expiry time of the entry replaced (0: none); nullopt: none.
         tl::expected<std::optional<UnixMs>, StoreError> current = std::nullopt;
         if (local) {
             current = local_expiry(ns, key, keep);
         }
         if (current && !*current && remote_serves(*policy, ns)) {
-            const bool fresh =
-                from_remote && (!local || (mark && only_write_since(stripe, *mark) && remote_mark &&
-                                           quiet_remote_deletes(stripe) == remote_mark));
+            const bool fresh = from_remote && mark && only_write_since(stripe, *mark) &&
+                               remote_mark && quiet_remote_deletes(stripe) == remote_mark;
             if (fresh) {
                 current = std::move(*from_remote);
             } else if (last && remote_delete_under_way(stripe)) {
@@ -159,7 +159,9 @@ tl::expected<PutOutcome, StoreError> Store::put(std::string_view ns, std::string
         }
         write.reset();
     } else if (remote) {
+        // Under the key's lock when conditional (see above).
         auto stored = put_remote(ns, key, entry);
+        write.reset();
         if (!stored) {
             return tl::make_unexpected(std::move(stored.error()));
         }

@@ -434,13 +434,18 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
     assert not wrong
 
 
-def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, redis_server):
+@pytest.mark.parametrize("local", [True, False], ids=["local", "remote_only"])
+def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, redis_server, local):
     """A DEL deletes locally, then from Redis, outside the key's lock. A SET
     XX in between found nothing local, read Redis's copy, found no write of
     the key since it asked, and stored: both answered, the XX's value stayed
-    (a re-review: 5 of 5 with Redis's writes paused, 43 of 352 without)."""
+    (a re-review: 5 of 5 with Redis's writes paused, 43 of 352 without). In
+    a namespace only Redis keeps (TORCHINDUCTOR_FX_GRAPH_CACHE=0), the XX
+    took no lock and looked at no DEL at all (a review: 5 of 5, 277 of 1,215
+    without the pause)."""
     r = redis_client(redis_server)
-    d = remote_daemon(op_ms=10000, connect_ms=3000)
+    env = {} if local else {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
+    d = remote_daemon(op_ms=10000, connect_ms=3000, env=env)
     wait_remote_state(d, "connected")
     wrong = []
     for trial in range(3):
