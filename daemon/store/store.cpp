@@ -78,6 +78,17 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
     const auto wait_deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(policy.remote_wait_ms);
     auto outcome = m_remote_flights.run(flight_key, wait_deadline, [&] {
+        // Marked before the local look below: a put answered between that
+        // look and the mark would count as before it, and the backfill would
+        // write Redis's older value over it (a review: 73 of 147,842 without
+        // the memory tier, also after a restart).
+        const auto stripe = stripe_of(ns, key);
+        const auto mark = quiet_mark(stripe);
+        // A DEL deletes from Redis after its local write: while one is under
+        // way, what Redis answers is on its way out, and copied back it
+        // would outlive the DEL (a review: 5 of 300, also after a restart).
+        // One that begins later changes `mark` (its local write).
+        const bool no_remote_delete = quiet_remote_deletes(stripe).has_value();
         // Another flight for this key may have ended, its backfill done,
         // between this caller's local lookups and its own flight: the entry
         // is local now, and asking Redis again would break single flight.
@@ -101,13 +112,6 @@ tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePoli
                 return entry; // not read from Redis instead: asked again
             }
         }
-        const auto stripe = stripe_of(ns, key);
-        const auto mark = quiet_mark(stripe);
-        // A DEL deletes from Redis after its local write: while one is under
-        // way, what Redis answers is on its way out, and copied back it
-        // would outlive the DEL (a review: 5 of 300, also after a restart).
-        // One that begins later changes `mark` (its local write).
-        const bool no_remote_delete = quiet_remote_deletes(stripe).has_value();
         auto result = m_remote->get(ns, key);
         if (result && *result && local && mark && no_remote_delete &&
             (m_disk_on != nullptr || m_memory_on != nullptr)) {
