@@ -50,10 +50,20 @@ public:
         {
             std::lock_guard lock(m_mutex);
             flight->result = result;
-            m_flights.erase(key);
+            if (auto it = m_flights.find(key); it != m_flights.end() && it->second == flight) {
+                m_flights.erase(it);
+            }
         }
         m_done.notify_all();
         return Outcome{std::move(result), true};
+    }
+
+    // Later calls for `key` run work of their own instead of waiting for
+    // the call in progress (whose callers still get its result): a result
+    // that a write made stale must not reach a call begun after the write.
+    void detach(const std::string& key) {
+        std::lock_guard lock(m_mutex);
+        m_flights.erase(key);
     }
 
     // Calls in progress (for tests).

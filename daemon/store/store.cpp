@@ -68,13 +68,18 @@ bool Store::remote_serves(const StorePolicy& policy, std::string_view ns) const 
            (!policy.remote_namespaces || policy.remote_namespaces->contains(std::string(ns)));
 }
 
+std::string Store::remote_flight_key(std::string_view ns, std::string_view key) {
+    std::string flight_key;
+    flight_key.reserve(ns.size() + 1 + key.size());
+    flight_key.append(ns).append(1, '\0').append(key);
+    return flight_key;
+}
+
 tl::expected<std::optional<Entry>, StoreError> Store::remote_get(const StorePolicy& policy,
                                                                  std::string_view ns,
                                                                  std::string_view key, bool local,
                                                                  TierId* found_locally) {
-    std::string flight_key;
-    flight_key.reserve(ns.size() + 1 + key.size());
-    flight_key.append(ns).append(1, '\0').append(key);
+    const std::string flight_key = remote_flight_key(ns, key);
     const auto wait_deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(policy.remote_wait_ms);
     auto outcome = m_remote_flights.run(flight_key, wait_deadline, [&] {
@@ -342,6 +347,10 @@ tl::expected<bool, StoreError> Store::remove(std::string_view ns, std::string_vi
     if (remote) {
         auto result = m_remote->remove(ns, key);
         m_writes[stripe].remote_deletes_ended.fetch_add(1);
+        // A get in progress may have read Redis's copy before this delete: a
+        // get that begins after the DEL is answered must not wait for it
+        // and serve that copy (a review: 10 of 10 with 64 MiB values).
+        m_remote_flights.detach(remote_flight_key(ns, key));
         // A suspended remote keeps its copy: the delete is answered locally.
         if (result || result.error().failure != Failure::unavailable) {
             take(std::move(result));

@@ -228,6 +228,8 @@ private:
                !policy.locally_disabled.contains(std::string(ns));
     }
     static std::size_t stripe_of(std::string_view ns, std::string_view key);
+    // The key of m_remote_flights for an entry.
+    static std::string remote_flight_key(std::string_view ns, std::string_view key);
     void begin_write(std::size_t stripe);
     // begin_write unless the stripe's mutex is held (another write, or a
     // remote hit being copied to disk, which may wait for room in the write

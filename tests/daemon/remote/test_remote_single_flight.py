@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
+import redis as redis_py
 from pt2harness import OP, frame, key_body, wait_for
 from remote_helpers import OK, Native, command_calls, fx_key, inductor_value, redis_client, \
     remote_stats, wait_remote_state
@@ -70,3 +73,35 @@ def test_a_large_value_from_redis_is_charged_to_the_read_budget(remote_daemon, r
     # The backfilled copy on disk is read (and charged) as before.
     assert Native(d.socket).get("fx-graph", inner) == (OK, value)
     assert d.stats()["namespaces"]["fx-graph"]["disk"]["hits"] == 1
+
+
+def test_a_get_after_an_answered_del_never_joins_an_older_remote_get(remote_daemon,
+                                                                     redis_server):
+    """A GET reading a 64 MiB value only Redis holds, then, on another
+    connection, a DEL of the key (answered) and a GET: the second GET joined
+    the first one's Redis read, begun before the DEL, and served the deleted
+    value (a review: 10 of 10). A DEL now cuts later gets off a read in
+    progress."""
+    d = remote_daemon(op_ms=10000, connect_ms=3000)
+    wait_remote_state(d, "connected")
+    direct = redis_client(redis_server)
+    wrong = []
+    for trial in range(3):
+        redis_key, _ = fx_key(f"joined-after-del-{trial}")
+        direct.set(redis_key, os.urandom(64 << 20))
+        first = {}
+
+        def read():
+            first["value"] = redis_py.Redis(unix_socket_path=str(d.socket),
+                                            socket_timeout=60).get(redis_key)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(0.01)  # the first GET is reading Redis's copy
+        client = redis_py.Redis(unix_socket_path=str(d.socket), socket_timeout=60)
+        deleted = client.delete(redis_key)
+        after = client.get(redis_key)
+        reader.join(60)
+        if deleted == 1 and after is not None:
+            wrong.append((trial, len(after)))
+    assert not wrong

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -63,4 +64,47 @@ TEST_CASE("single flight waits are bounded", "[store][single_flight][concurrency
     CHECK_FALSE(outcome.result);
     CHECK(std::chrono::steady_clock::now() - started < 400ms);
     leader.join();
+}
+
+TEST_CASE("single flight: a call after detach runs its own work, and the detached call ends "
+          "cleanly",
+          "[store][single_flight][concurrency]") {
+    SingleFlight<int> flights;
+    std::atomic<bool> release{false};
+    std::optional<int> first;
+    std::thread leader([&] {
+        first = flights
+                    .run("k", std::chrono::steady_clock::now() + 5s,
+                         [&] {
+                             while (!release) {
+                                 std::this_thread::sleep_for(1ms);
+                             }
+                             return 1; // stale: written over while it ran
+                         })
+                    .result;
+    });
+    while (flights.in_flight() == 0) {
+        std::this_thread::yield();
+    }
+    flights.detach("k");
+    CHECK(flights.in_flight() == 0);
+    std::atomic<bool> second_started{false};
+    std::thread second([&] {
+        auto outcome = flights.run("k", std::chrono::steady_clock::now() + 5s, [&] {
+            second_started = true;
+            std::this_thread::sleep_for(200ms);
+            return 2;
+        });
+        CHECK(outcome.leader);
+        CHECK(outcome.result == 2);
+    });
+    while (!second_started) {
+        std::this_thread::yield();
+    }
+    release = true; // the detached call ends while the second runs
+    leader.join();
+    CHECK(first == 1);
+    CHECK(flights.in_flight() == 1); // the second's, not erased by the first's end
+    second.join();
+    CHECK(flights.in_flight() == 0);
 }
