@@ -290,6 +290,10 @@ tl::expected<std::optional<Entry>, StoreError> RedisTier::get(std::string_view n
     if (!redis_key) {
         return tl::make_unexpected(no_redis_form(ns));
     }
+    if (m_queue.erasing(*redis_key)) {
+        add(m_counters.misses); // deleted: Redis's copy is on its way out
+        return std::nullopt;
+    }
     if (m_options.signer) {
         return get_signed(*redis_key);
     }
@@ -392,8 +396,18 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
                        ? run_each({*redis_key, companion}, commands, Route::erase, &m_abandon)
                        : run_keyed(*redis_key, commands, Route::erase, &m_abandon);
     if (!replies) {
-        if (replies.error().kind == RedisErrorKind::suspended) {
+        const auto kind = replies.error().kind;
+        if (kind == RedisErrorKind::suspended) {
             add(m_counters.skipped);
+        }
+        if (kind == RedisErrorKind::suspended || kind == RedisErrorKind::exhausted ||
+            replies.error().connectivity()) {
+            // Not sent, or not known to have been done: the DEL goes behind,
+            // after any write of the key queued before it, and gets miss the
+            // key meanwhile. Answered locally, Redis kept the value and every
+            // get after it served it back (a review: DEL answered 1, the
+            // value back once Redis was, also after a restart).
+            defer_delete(*redis_key);
         }
         return tl::make_unexpected(to_store_error(replies.error()));
     }
@@ -404,6 +418,18 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
             StoreError{Failure::io, fmt::format("DEL {:?}: {}", *redis_key, reply.text())});
     }
     return dequeued || reply.integer > 0;
+}
+
+void RedisTier::defer_delete(std::string redis_key) {
+    WriteItem item;
+    item.key = std::move(redis_key);
+    item.erase = true;
+    const auto pushed = m_queue.push(std::move(item));
+    add(m_counters.queue_drops, pushed.dropped);
+    if (pushed.accepted) {
+        add(m_counters.queued);
+    }
+    update_gauges();
 }
 
 tl::expected<std::uint64_t, StoreError> RedisTier::clear(std::string_view) {

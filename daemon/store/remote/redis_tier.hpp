@@ -150,7 +150,11 @@ private:
     void set_state(RemoteState state, std::int64_t until_ms = 0);
 
     void flusher_loop();
+    // Sends a queued entry: a SET, or the DEL of a delete not sent when it
+    // was made.
     void write(WriteItem item);
+    // Queues the DEL of `redis_key` (WriteItem::erase).
+    void defer_delete(std::string redis_key);
     void probe();
     void update_gauges();
     void log_refused_write(const WriteItem& item, std::string_view reason);

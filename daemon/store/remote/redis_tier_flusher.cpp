@@ -104,23 +104,33 @@ void RedisTier::detect_mode(Admission admission) {
 }
 
 void RedisTier::write(WriteItem item) {
-    RedisCommand command{{"SET", item.key, item.value.text()}, {RedisReply::Type::status}};
-    std::string ttl;
-    if (item.ttl_ms > 0) {
-        // Whole seconds as Inductor sends them (EX); otherwise milliseconds.
-        const bool seconds = item.ttl_ms % 1000 == 0;
-        ttl = std::to_string(seconds ? item.ttl_ms / 1000 : item.ttl_ms);
-        command.args.push_back(seconds ? "EX" : "PX");
-        command.args.push_back(ttl);
-    }
-    std::vector<RedisCommand> commands{std::move(command)};
+    std::vector<RedisCommand> commands;
     std::array<std::string, 2> companion;
-    if (m_options.signer) {
-        add_signature(commands, companion);
+    std::string ttl;
+    if (item.erase) {
+        commands.push_back({{"DEL", item.key}, {RedisReply::Type::integer}});
+        if (m_options.signer) {
+            companion[0] = signature_key(item.key);
+            commands.push_back({{"DEL", companion[0]}, {RedisReply::Type::integer}});
+        }
+    } else {
+        RedisCommand command{{"SET", item.key, item.value.text()}, {RedisReply::Type::status}};
+        if (item.ttl_ms > 0) {
+            // Whole seconds as Inductor sends them (EX); otherwise milliseconds.
+            const bool seconds = item.ttl_ms % 1000 == 0;
+            ttl = std::to_string(seconds ? item.ttl_ms / 1000 : item.ttl_ms);
+            command.args.push_back(seconds ? "EX" : "PX");
+            command.args.push_back(ttl);
+        }
+        commands.push_back(std::move(command));
+        if (m_options.signer) {
+            add_signature(commands, companion);
+        }
     }
+    const Route route = item.erase ? Route::erase : Route::write;
     auto replies = companion_elsewhere(item.key)
-                       ? run_each({item.key, companion[0]}, commands, Route::write, &m_abort)
-                       : run_keyed(item.key, commands, Route::write, &m_abort);
+                       ? run_each({item.key, companion[0]}, commands, route, &m_abort)
+                       : run_keyed(item.key, commands, route, &m_abort);
     if (!replies && replies.error().kind == RedisErrorKind::suspended) {
         // Suspended meanwhile (in a cluster: the key's node): the entry waits
         // for the end of the cool-down; in a cluster behind the other nodes'
@@ -138,8 +148,9 @@ void RedisTier::write(WriteItem item) {
         return;
     }
     if (replies) {
-        const auto refused = std::find_if(replies->begin(), replies->end(),
-                                          [](const auto& reply) { return !reply->is_ok(); });
+        const auto refused = std::find_if(replies->begin(), replies->end(), [&](const auto& reply) {
+            return item.erase ? reply->type != RedisReply::Type::integer : !reply->is_ok();
+        });
         if (refused == replies->end()) {
             add(m_counters.written);
         } else {
@@ -157,7 +168,8 @@ void RedisTier::write(WriteItem item) {
         }
     } else {
         add(m_counters.queue_drops);
-        remote_logger().debug("SET {:?} given up: {}", item.key, replies.error().message);
+        remote_logger().debug("{} {:?} given up: {}", item.erase ? "DEL" : "SET", item.key,
+                              replies.error().message);
         m_queue.finished(item.key);
     }
     update_gauges();
@@ -169,10 +181,11 @@ void RedisTier::log_refused_write(const WriteItem& item, std::string_view reason
     if (!suppressed) {
         return;
     }
-    remote_logger().warn(
-        "Redis refused SET {:?} ({} bytes): {}{}", item.key, item.value.size(), reason,
-        *suppressed == 0 ? std::string()
-                         : fmt::format(" ({} more refusals not logged)", *suppressed));
+    remote_logger().warn("Redis refused {} {:?} ({} bytes): {}{}", item.erase ? "DEL" : "SET",
+                         item.key, item.value.size(), reason,
+                         *suppressed == 0
+                             ? std::string()
+                             : fmt::format(" ({} more refusals not logged)", *suppressed));
 }
 
 void RedisTier::flusher_loop() {

@@ -95,6 +95,7 @@ bool WriteBehindQueue::requeue(WriteItem item, bool at_back) {
         std::lock_guard lock(m_mutex);
         const bool erased = std::erase(m_erased_in_flight, item.key) > 0;
         std::erase(m_in_flight, item.key);
+        std::erase(m_erases_in_flight, item.key);
         const bool newer_queued = m_queued.contains(item.key);
         if (erased || newer_queued) {
             stored = true; // superseded: nothing of it is to be written
@@ -128,6 +129,9 @@ std::optional<WriteItem> WriteBehindQueue::pop(Clock::time_point wake_at) {
     }
     WriteItem item = dequeue(at);
     m_in_flight.push_back(item.key);
+    if (item.erase) {
+        m_erases_in_flight.push_back(item.key);
+    }
     return item;
 }
 
@@ -141,6 +145,10 @@ void WriteBehindQueue::finished(std::string_view key) {
         if (const auto it = std::find(m_erased_in_flight.begin(), m_erased_in_flight.end(), key);
             it != m_erased_in_flight.end()) {
             m_erased_in_flight.erase(it);
+        }
+        if (const auto it = std::find(m_erases_in_flight.begin(), m_erases_in_flight.end(), key);
+            it != m_erases_in_flight.end()) {
+            m_erases_in_flight.erase(it);
         }
     }
     m_changed.notify_all();
@@ -200,6 +208,17 @@ std::size_t WriteBehindQueue::erase(std::string_view key) {
         m_erased_in_flight.emplace_back(key);
     }
     return remove_queued(key);
+}
+
+bool WriteBehindQueue::erasing(std::string_view key) const {
+    std::lock_guard lock(m_mutex);
+    // A newer write queued behind a delete in flight: Redis's copy may still
+    // be the value deleted (the newer one is not there yet either).
+    if (const auto found = m_queued.find(key); found != m_queued.end() && found->second->erase) {
+        return true;
+    }
+    return std::find(m_erases_in_flight.begin(), m_erases_in_flight.end(), key) !=
+           m_erases_in_flight.end();
 }
 
 std::uint64_t WriteBehindQueue::bytes() const {

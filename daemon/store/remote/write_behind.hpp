@@ -11,6 +11,10 @@
 //   small lane first, so one large upload does not hold small entries back;
 //   a large entry that has waited `large_aging` is served before small ones,
 //   so large entries are not starved either;
+// - a delete that could not be sent when it was made (Redis suspended or
+//   not answering) is queued as an entry of its own (`erase`), ordered with
+//   the key's writes as they are, and the key reads as absent meanwhile
+//   (`erasing`);
 // - one key's writes reach Redis in the order they were pushed: a push
 //   replaces the key's queued write (the newer value is the one to send), a
 //   key has at most one write in flight (`pop` passes over a queued write of
@@ -41,6 +45,7 @@ struct WriteItem {
     std::int64_t ttl_ms = 0; // 0: no expiry
     std::chrono::steady_clock::time_point queued_at{};
     unsigned attempts = 0;
+    bool erase = false; // a DEL of `key` to send (no value)
 
     std::uint64_t bytes() const { return key.size() + value.size(); }
 };
@@ -107,6 +112,10 @@ public:
     // write of it in flight that fails is not tried again.
     std::size_t erase(std::string_view key);
 
+    // Whether `key`'s queued entry, or the one in flight, is a delete: Redis
+    // may still hold the value deleted.
+    bool erasing(std::string_view key) const;
+
     std::uint64_t bytes() const;
     std::size_t size() const;
 
@@ -139,6 +148,7 @@ private:
     std::uint64_t m_bytes = 0;
     std::vector<std::string> m_in_flight;        // keys; two flushers: a few at most
     std::vector<std::string> m_erased_in_flight; // of those, keys erased meanwhile
+    std::vector<std::string> m_erases_in_flight; // of those, keys whose entry is a delete
     std::uint64_t m_generation = 0;              // bumped by notify
     bool m_closed = false;
 };

@@ -218,3 +218,36 @@ def test_a_delete_waits_for_the_key_s_write_in_flight_at_most_twice_the_op_timeo
              what="a delete after the write settled")
     assert client.get("fx-graph", inner)[0] == MISS
     assert direct.get(redis_key) is None
+
+
+def test_a_delete_redis_cannot_take_now_is_sent_later(remote_daemon, redis_server):
+    """A DEL made while Redis does not answer (frozen by CLIENT PAUSE ALL, the
+    tier no longer connected) was answered locally and never sent: Redis
+    kept the value, and every get once Redis was back served it again, also
+    after a restart (a review: 3 of 3). The DEL is queued behind now: gets
+    miss the key meanwhile, and it reaches Redis once Redis answers again."""
+    d = remote_daemon()
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    direct = redis_client(redis_server)
+    wrong = []
+    for trial in range(2):
+        redis_key, inner = fx_key(f"deleted-while-frozen-{trial}")
+        _, other = fx_key(f"other-{trial}")
+        assert client.put("fx-graph", inner, b"V1") == OK
+        wait_for(lambda: direct.get(redis_key) == b"V1", what="the value written behind")
+        direct.execute_command("CLIENT", "PAUSE", "2000", "ALL")
+        paused_at = time.monotonic()
+        assert client.get("fx-graph", other)[0] == MISS  # times out: the tier leaves connected
+        assert client.delete("fx-graph", inner)[0] == OK
+        during = client.get("fx-graph", inner)
+        assert time.monotonic() - paused_at < 1.8, "the pause ended before the checks"
+        time.sleep(max(0.0, 2.2 - (time.monotonic() - paused_at)))
+        wait_remote_state(d, "connected")
+        wait_for(lambda: remote_stats(d)["queue_entries"] == 0, what="the queued DEL to be sent")
+        after = (client.get("fx-graph", inner), direct.get(redis_key))
+        if during[0] != MISS or after != ((MISS, b""), None):
+            wrong.append((trial, during, after))
+    assert not wrong
+    d.restart()
+    assert Native(d.socket).get("fx-graph", inner)[0] == MISS

@@ -303,6 +303,51 @@ struct ModelQueue {
 
 } // namespace
 
+TEST_CASE("write-behind queue: a queued delete reads as erasing until it is sent",
+          "[store][write_behind]") {
+    WriteBehindQueue queue(small_queue(1 << 20));
+    WriteItem erase;
+    erase.key = "k";
+    erase.erase = true;
+    CHECK_FALSE(queue.erasing("k"));
+    SECTION("queued, then in flight, then over") {
+        queue.push(item("k", 3));
+        queue.push(std::move(erase)); // replaces the queued write: it must not land after
+        CHECK(queue.size() == 1);
+        CHECK(queue.erasing("k"));
+        CHECK_FALSE(queue.erasing("other"));
+        auto popped = queue.pop(Clock::now());
+        REQUIRE(popped);
+        CHECK(popped->erase);
+        CHECK(queue.erasing("k")); // in flight: Redis may still hold the value
+        SECTION("a newer write queued behind it") {
+            queue.push(item("k", 3));
+            CHECK(queue.erasing("k"));
+            queue.finished("k");
+            CHECK_FALSE(queue.erasing("k"));
+        }
+        SECTION("sent") {
+            queue.finished("k");
+            CHECK_FALSE(queue.erasing("k"));
+        }
+        SECTION("failed and requeued") {
+            CHECK(queue.requeue(std::move(*popped)));
+            CHECK(queue.erasing("k"));
+        }
+    }
+    SECTION("a later write replaces it") {
+        queue.push(std::move(erase));
+        queue.push(item("k", 3));
+        CHECK_FALSE(queue.erasing("k"));
+        CHECK_FALSE(queue.pop(Clock::now())->erase);
+    }
+    SECTION("a later delete sent at once removes it") {
+        queue.push(std::move(erase));
+        CHECK(queue.erase("k") == 1);
+        CHECK_FALSE(queue.erasing("k"));
+    }
+}
+
 TEST_CASE("write-behind queue agrees with a plain model of its policy", "[store][write_behind]") {
     const auto seed = GENERATE(1u, 2u, 3u, 4u);
     std::mt19937 random(seed);
