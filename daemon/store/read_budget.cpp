@@ -26,12 +26,7 @@ Blob ReadHold::attach(const Blob& value) {
         return value;
     }
     // Gives the bytes back as the last copy of the value goes.
-    struct Charge {
-        explicit Charge(ReadHold&& hold)
-            : hold(std::move(hold)) {}
-        ReadHold hold;
-    };
-    return value.with_charge(std::make_shared<const Charge>(std::move(*this)));
+    return value.with_charge(std::make_shared<const ReadHold>(std::move(*this)));
 }
 
 } // namespace pt2cache::daemon::store
