@@ -241,6 +241,28 @@ def test_queued_transactions_take_from_the_in_flight_budget(make_daemon):
         c.close()
 
 
+def test_a_queued_command_that_can_never_fit_is_refused_at_once(make_daemon):
+    """MULTI then a 5 MiB SET against an 8 MiB budget: the queued copy and
+    the command's own input (held until the command is queued) can never fit
+    together. It waited 10 s, and, first in line for room, held up every
+    other large request meanwhile (a review: a 2 MiB SET took 9.6 s). It is
+    refused at once now, and the other SET goes through."""
+    d = make_daemon("--set", "daemon.max_inflight_bytes=8MiB")
+    queuing = RespConnection(d.socket)
+    assert queuing.command("MULTI") == "OK"
+    started = time.monotonic()
+    queuing.send(encode("SET", "tx-large", b"q" * (5 << 20)))
+    queuing.sock.settimeout(5)
+    try:
+        assert queuing.sock.recv(100) == b""  # closed, as a SET that cannot be served
+    except ConnectionResetError:
+        pass
+    other = RespConnection(d.socket)
+    assert other.command("SET", "plain", b"p" * (2 << 20)) == "OK"
+    assert time.monotonic() - started < 3
+    assert d.stats()["daemon"]["inflight_refused"] == 1
+
+
 def test_a_transaction_whose_replies_are_never_read_gives_its_budget_back(make_daemon):
     """EXEC runs its commands while sending their replies; one whose client
     stops reading waits for it, and the commands still queued held their part
