@@ -153,15 +153,22 @@ void RedisTier::write(WriteItem item) {
         });
         if (refused == replies->end()) {
             add(m_counters.written);
+            m_queue.finished(item.key);
         } else {
             add(m_counters.errors);
             log_refused_write(item, (*refused)->text());
+            if (item.erase) {
+                m_queue.finished(item.key); // sent again, it would be refused again
+            } else {
+                (void)m_queue.abandon(item); // the delete it carries goes on
+            }
         }
-        m_queue.finished(item.key);
     } else if (replies.error().kind == RedisErrorKind::aborted) {
         add(m_counters.shutdown_drops);
         m_queue.finished(item.key);
-    } else if (item.attempts + 1 < k_write_attempts && replies.error().connectivity()) {
+    } else if ((item.erase || item.attempts + 1 < k_write_attempts) &&
+               replies.error().connectivity()) {
+        // A delete is tried until Redis takes it (or it is dropped for room).
         ++item.attempts;
         if (!m_queue.requeue(std::move(item))) {
             add(m_counters.queue_drops);
@@ -170,7 +177,7 @@ void RedisTier::write(WriteItem item) {
         add(m_counters.queue_drops);
         remote_logger().debug("{} {:?} given up: {}", item.erase ? "DEL" : "SET", item.key,
                               replies.error().message);
-        m_queue.finished(item.key);
+        (void)m_queue.abandon(item); // a delete it carries goes on
     }
     update_gauges();
 }

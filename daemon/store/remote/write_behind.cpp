@@ -44,8 +44,29 @@ bool WriteBehindQueue::drop_oldest() {
     if (oldest == nullptr) {
         return false;
     }
-    dequeue(oldest->begin());
+    WriteItem dropped = dequeue(oldest->begin());
+    if (dropped.replaces_delete) {
+        enqueue_delete(std::move(dropped.key), dropped.queued_at);
+    }
     return true;
+}
+
+bool WriteBehindQueue::carries_delete_locked(std::string_view key) const {
+    if (const auto found = m_queued.find(key); found != m_queued.end()) {
+        if (found->second->erase || found->second->replaces_delete) {
+            return true;
+        }
+    }
+    return std::find(m_deletes_in_flight.begin(), m_deletes_in_flight.end(), key) !=
+           m_deletes_in_flight.end();
+}
+
+void WriteBehindQueue::enqueue_delete(std::string key, Clock::time_point queued_at) {
+    WriteItem item;
+    item.key = std::move(key);
+    item.erase = true;
+    item.queued_at = queued_at;
+    enqueue(std::move(item), true);
 }
 
 std::size_t WriteBehindQueue::remove_queued(std::string_view key) {
@@ -73,13 +94,26 @@ WriteBehindQueue::PushResult WriteBehindQueue::push(WriteItem item) {
     PushResult result;
     {
         std::lock_guard lock(m_mutex);
-        // The older value must never be written after this one.
-        result.superseded = remove_queued(item.key);
+        if (!item.erase && carries_delete_locked(item.key)) {
+            item.replaces_delete = true;
+        }
         if (item.bytes() > m_options.capacity_bytes) {
             result.accepted = false;
             result.dropped = 1;
+            // The older value must never be written after this one, and a
+            // delete it would have taken over stays.
+            const auto found = m_queued.find(item.key);
+            if (found != m_queued.end() && !found->second->erase) {
+                WriteItem older = dequeue(found->second);
+                result.superseded = 1;
+                if (older.replaces_delete) {
+                    enqueue_delete(std::move(older.key), older.queued_at);
+                }
+            }
             return result;
         }
+        // The older value must never be written after this one.
+        result.superseded = remove_queued(item.key);
         while (m_bytes + item.bytes() > m_options.capacity_bytes && drop_oldest()) {
             ++result.dropped;
         }
@@ -95,12 +129,17 @@ bool WriteBehindQueue::requeue(WriteItem item, bool at_back) {
         std::lock_guard lock(m_mutex);
         const bool erased = std::erase(m_erased_in_flight, item.key) > 0;
         std::erase(m_in_flight, item.key);
-        std::erase(m_erases_in_flight, item.key);
+        std::erase(m_deletes_in_flight, item.key);
         const bool newer_queued = m_queued.contains(item.key);
         if (erased || newer_queued) {
             stored = true; // superseded: nothing of it is to be written
         } else if (m_bytes + item.bytes() <= m_options.capacity_bytes) {
             enqueue(std::move(item), !at_back);
+            stored = true;
+        } else if (item.erase || item.replaces_delete) {
+            // No room for the write: the delete it is or carries (its key's
+            // bytes) goes on all the same.
+            enqueue_delete(std::move(item.key), item.queued_at);
             stored = true;
         }
     }
@@ -129,8 +168,8 @@ std::optional<WriteItem> WriteBehindQueue::pop(Clock::time_point wake_at) {
     }
     WriteItem item = dequeue(at);
     m_in_flight.push_back(item.key);
-    if (item.erase) {
-        m_erases_in_flight.push_back(item.key);
+    if (item.erase || item.replaces_delete) {
+        m_deletes_in_flight.push_back(item.key);
     }
     return item;
 }
@@ -146,12 +185,30 @@ void WriteBehindQueue::finished(std::string_view key) {
             it != m_erased_in_flight.end()) {
             m_erased_in_flight.erase(it);
         }
-        if (const auto it = std::find(m_erases_in_flight.begin(), m_erases_in_flight.end(), key);
-            it != m_erases_in_flight.end()) {
-            m_erases_in_flight.erase(it);
+        if (const auto it = std::find(m_deletes_in_flight.begin(), m_deletes_in_flight.end(), key);
+            it != m_deletes_in_flight.end()) {
+            m_deletes_in_flight.erase(it);
         }
     }
     m_changed.notify_all();
+}
+
+bool WriteBehindQueue::abandon(const WriteItem& item) {
+    bool queued = false;
+    {
+        std::lock_guard lock(m_mutex);
+        const bool erased = std::erase(m_erased_in_flight, item.key) > 0;
+        std::erase(m_in_flight, item.key);
+        std::erase(m_deletes_in_flight, item.key);
+        // A newer entry pushed meanwhile carries the delete (push saw it in
+        // flight); an erase since was sent or queued by its own DEL.
+        if ((item.erase || item.replaces_delete) && !erased && !m_queued.contains(item.key)) {
+            enqueue_delete(item.key, item.queued_at);
+            queued = true;
+        }
+    }
+    m_changed.notify_all();
+    return queued;
 }
 
 bool WriteBehindQueue::wait_settled(std::string_view key, Clock::time_point deadline) {
@@ -212,13 +269,7 @@ std::size_t WriteBehindQueue::erase(std::string_view key) {
 
 bool WriteBehindQueue::erasing(std::string_view key) const {
     std::lock_guard lock(m_mutex);
-    // A newer write queued behind a delete in flight: Redis's copy may still
-    // be the value deleted (the newer one is not there yet either).
-    if (const auto found = m_queued.find(key); found != m_queued.end() && found->second->erase) {
-        return true;
-    }
-    return std::find(m_erases_in_flight.begin(), m_erases_in_flight.end(), key) !=
-           m_erases_in_flight.end();
+    return carries_delete_locked(key);
 }
 
 std::uint64_t WriteBehindQueue::bytes() const {

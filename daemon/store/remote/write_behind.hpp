@@ -14,7 +14,11 @@
 // - a delete that could not be sent when it was made (Redis suspended or
 //   not answering) is queued as an entry of its own (`erase`), ordered with
 //   the key's writes as they are, and the key reads as absent meanwhile
-//   (`erasing`);
+//   (`erasing`). A write pushed while a delete of its key is queued or in
+//   flight takes the delete's place and its duty (`replaces_delete`): if
+//   that write is refused, dropped to make room or given up (`abandon`),
+//   the delete is queued again, so that Redis's older value never outlives
+//   both (a review: a refused SET took the queued delete with it);
 // - one key's writes reach Redis in the order they were pushed: a push
 //   replaces the key's queued write (the newer value is the one to send), a
 //   key has at most one write in flight (`pop` passes over a queued write of
@@ -46,6 +50,9 @@ struct WriteItem {
     std::chrono::steady_clock::time_point queued_at{};
     unsigned attempts = 0;
     bool erase = false; // a DEL of `key` to send (no value)
+    // A write that took the place of a delete not sent yet: until it is
+    // written, Redis may hold the value deleted.
+    bool replaces_delete = false;
 
     std::uint64_t bytes() const { return key.size() + value.size(); }
 };
@@ -68,13 +75,16 @@ public:
         std::uint64_t superseded = 0; // the key's queued write, replaced by this one
     };
 
-    // Queues `item`, stamping `queued_at` when it is unset.
+    // Queues `item`, stamping `queued_at` when it is unset. An item larger
+    // than the whole queue is refused (a delete it would have replaced
+    // stays queued).
     PushResult push(WriteItem item);
 
     // Puts back an entry that `pop` handed out (its write failed and it gets
     // another try) at the head of its lane, or with `at_back` at its tail
     // (in a cluster, behind the writes of nodes that are up); false when
-    // there is no room (nothing else is dropped for it). True, without
+    // there is no room (nothing else is dropped for it; a delete it is or
+    // carries is queued all the same). True, without
     // queueing it, when a newer write of its key is queued or its key was
     // erased meanwhile. Ends the entry's `in flight` state.
     bool requeue(WriteItem item, bool at_back = false);
@@ -87,6 +97,12 @@ public:
 
     // The write of a popped entry of `key` is over (written or given up).
     void finished(std::string_view key);
+
+    // A popped entry that was given up (refused, or failed too often): as
+    // `finished`, but a delete it is or carries (`erase`, `replaces_delete`)
+    // is queued again unless a newer entry of its key, or a delete made
+    // since, took it over. True when it queued one.
+    bool abandon(const WriteItem& item);
 
     // Waits until no write of `key` is in flight, at most until `deadline`;
     // true when none is.
@@ -112,8 +128,8 @@ public:
     // write of it in flight that fails is not tried again.
     std::size_t erase(std::string_view key);
 
-    // Whether `key`'s queued entry, or the one in flight, is a delete: Redis
-    // may still hold the value deleted.
+    // Whether `key`'s queued entry, or the one in flight, is or carries a
+    // delete: Redis may still hold the value deleted.
     bool erasing(std::string_view key) const;
 
     std::uint64_t bytes() const;
@@ -127,8 +143,13 @@ private:
     void enqueue(WriteItem item, bool front);
     // Removes the queued entry at `at` from its lane and the index.
     WriteItem dequeue(Lane::iterator at);
-    // Drops the oldest queued entry; false when empty.
+    // Drops the oldest queued entry (a write carrying a delete leaves the
+    // delete in its place); false when empty.
     bool drop_oldest();
+    // Whether `key`'s queued or in-flight entry is or carries a delete.
+    bool carries_delete_locked(std::string_view key) const;
+    // Queues a delete of `key` at the front of its lane.
+    void enqueue_delete(std::string key, Clock::time_point queued_at);
     // Removes the queued write of `key`; how many (0 or 1).
     std::size_t remove_queued(std::string_view key);
     // The first entry of `from` whose key has no write in flight, or end.
@@ -146,10 +167,10 @@ private:
     // queued (Redis down) as with one.
     absl::flat_hash_map<std::string_view, Lane::iterator> m_queued;
     std::uint64_t m_bytes = 0;
-    std::vector<std::string> m_in_flight;        // keys; two flushers: a few at most
-    std::vector<std::string> m_erased_in_flight; // of those, keys erased meanwhile
-    std::vector<std::string> m_erases_in_flight; // of those, keys whose entry is a delete
-    std::uint64_t m_generation = 0;              // bumped by notify
+    std::vector<std::string> m_in_flight;         // keys; two flushers: a few at most
+    std::vector<std::string> m_erased_in_flight;  // of those, keys erased meanwhile
+    std::vector<std::string> m_deletes_in_flight; // of those, carrying a delete
+    std::uint64_t m_generation = 0;               // bumped by notify
     bool m_closed = false;
 };
 

@@ -220,6 +220,29 @@ def test_a_delete_waits_for_the_key_s_write_in_flight_at_most_twice_the_op_timeo
     assert direct.get(redis_key) is None
 
 
+def delete_while_redis_frozen(d, client, direct, name: str, then=lambda: None):
+    """Puts V1 under fx key `name`, freezes Redis (CLIENT PAUSE ALL, 2 s),
+    makes the tier leave `connected` (a get that times out), deletes the key
+    and calls `then()`; once Redis is back and the write-behind queue empty,
+    returns (redis key, inner key, what the key read right after the delete,
+    what `then` returned)."""
+    redis_key, inner = fx_key(name)
+    _, other = fx_key(name + "-other")
+    assert client.put("fx-graph", inner, b"V1") == OK
+    wait_for(lambda: direct.get(redis_key) == b"V1", what="the value written behind")
+    direct.execute_command("CLIENT", "PAUSE", "2000", "ALL")
+    paused_at = time.monotonic()
+    assert client.get("fx-graph", other)[0] == MISS  # times out: the tier leaves connected
+    assert client.delete("fx-graph", inner)[0] == OK
+    during = client.get("fx-graph", inner)
+    result = then()
+    assert time.monotonic() - paused_at < 1.8, "the pause ended before the checks"
+    time.sleep(max(0.0, 2.2 - (time.monotonic() - paused_at)))
+    wait_remote_state(d, "connected")
+    wait_for(lambda: remote_stats(d)["queue_entries"] == 0, what="the queued DEL to be sent")
+    return redis_key, inner, during, result
+
+
 def test_a_delete_redis_cannot_take_now_is_sent_later(remote_daemon, redis_server):
     """A DEL made while Redis does not answer (frozen by CLIENT PAUSE ALL, the
     tier no longer connected) was answered locally and never sent: Redis
@@ -232,22 +255,31 @@ def test_a_delete_redis_cannot_take_now_is_sent_later(remote_daemon, redis_serve
     direct = redis_client(redis_server)
     wrong = []
     for trial in range(2):
-        redis_key, inner = fx_key(f"deleted-while-frozen-{trial}")
-        _, other = fx_key(f"other-{trial}")
-        assert client.put("fx-graph", inner, b"V1") == OK
-        wait_for(lambda: direct.get(redis_key) == b"V1", what="the value written behind")
-        direct.execute_command("CLIENT", "PAUSE", "2000", "ALL")
-        paused_at = time.monotonic()
-        assert client.get("fx-graph", other)[0] == MISS  # times out: the tier leaves connected
-        assert client.delete("fx-graph", inner)[0] == OK
-        during = client.get("fx-graph", inner)
-        assert time.monotonic() - paused_at < 1.8, "the pause ended before the checks"
-        time.sleep(max(0.0, 2.2 - (time.monotonic() - paused_at)))
-        wait_remote_state(d, "connected")
-        wait_for(lambda: remote_stats(d)["queue_entries"] == 0, what="the queued DEL to be sent")
+        redis_key, inner, during, _ = delete_while_redis_frozen(d, client, direct,
+                                                                f"deleted-while-frozen-{trial}")
         after = (client.get("fx-graph", inner), direct.get(redis_key))
         if during[0] != MISS or after != ((MISS, b""), None):
             wrong.append((trial, during, after))
     assert not wrong
     d.restart()
     assert Native(d.socket).get("fx-graph", inner)[0] == MISS
+
+
+def test_a_queued_delete_outlives_a_write_refused_behind_it(remote_daemon, redis_server):
+    """A DEL queued while Redis does not answer, then a SET of the key too
+    large for the write-behind queue (kept locally): the refused SET took the
+    queued DEL with it, and Redis kept the deleted value for every other
+    daemon and for this one's next start (a review: 3 of 3). The DEL stays
+    queued now and reaches Redis."""
+    d = remote_daemon(write_behind_queue_bytes="1MiB")
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    direct = redis_client(redis_server)
+    large = os.urandom(2 << 20)
+    redis_key, inner = fx_key("deleted-then-refused")
+    _, _, _, stored = delete_while_redis_frozen(
+        d, client, direct, "deleted-then-refused",
+        then=lambda: client.put("fx-graph", inner, large))
+    assert stored == OK  # local only: too large for the queue
+    assert direct.get(redis_key) is None
+    assert client.get("fx-graph", inner) == (OK, large)

@@ -303,16 +303,22 @@ struct ModelQueue {
 
 } // namespace
 
+namespace {
+WriteItem delete_of(const std::string& key) {
+    WriteItem item;
+    item.key = key;
+    item.erase = true;
+    return item;
+}
+} // namespace
+
 TEST_CASE("write-behind queue: a queued delete reads as erasing until it is sent",
           "[store][write_behind]") {
     WriteBehindQueue queue(small_queue(1 << 20));
-    WriteItem erase;
-    erase.key = "k";
-    erase.erase = true;
     CHECK_FALSE(queue.erasing("k"));
     SECTION("queued, then in flight, then over") {
         queue.push(item("k", 3));
-        queue.push(std::move(erase)); // replaces the queued write: it must not land after
+        queue.push(delete_of("k")); // replaces the queued write: it must not land after
         CHECK(queue.size() == 1);
         CHECK(queue.erasing("k"));
         CHECK_FALSE(queue.erasing("other"));
@@ -320,9 +326,14 @@ TEST_CASE("write-behind queue: a queued delete reads as erasing until it is sent
         REQUIRE(popped);
         CHECK(popped->erase);
         CHECK(queue.erasing("k")); // in flight: Redis may still hold the value
-        SECTION("a newer write queued behind it") {
+        SECTION("a newer write queued behind it carries it") {
             queue.push(item("k", 3));
             CHECK(queue.erasing("k"));
+            queue.finished("k");
+            CHECK(queue.erasing("k")); // until the newer write is written
+            auto newer = queue.pop(Clock::now());
+            REQUIRE(newer);
+            CHECK(newer->replaces_delete);
             queue.finished("k");
             CHECK_FALSE(queue.erasing("k"));
         }
@@ -334,17 +345,68 @@ TEST_CASE("write-behind queue: a queued delete reads as erasing until it is sent
             CHECK(queue.requeue(std::move(*popped)));
             CHECK(queue.erasing("k"));
         }
-    }
-    SECTION("a later write replaces it") {
-        queue.push(std::move(erase));
-        queue.push(item("k", 3));
-        CHECK_FALSE(queue.erasing("k"));
-        CHECK_FALSE(queue.pop(Clock::now())->erase);
+        SECTION("given up: queued again") {
+            CHECK(queue.abandon(*popped));
+            CHECK(queue.erasing("k"));
+            CHECK(queue.pop(Clock::now())->erase);
+        }
     }
     SECTION("a later delete sent at once removes it") {
-        queue.push(std::move(erase));
+        queue.push(delete_of("k"));
         CHECK(queue.erase("k") == 1);
         CHECK_FALSE(queue.erasing("k"));
+    }
+}
+
+TEST_CASE("write-behind queue: a write that replaced a delete never loses it",
+          "[store][write_behind]") {
+    WriteBehindQueue queue(small_queue(1000));
+    queue.push(delete_of("k"));
+    SECTION("a write larger than the queue is refused, and the delete stays") {
+        const auto pushed = queue.push(item("k", 2000));
+        CHECK_FALSE(pushed.accepted);
+        CHECK(queue.erasing("k"));
+        CHECK(queue.pop(Clock::now())->erase);
+    }
+    SECTION("the write taking its place, then refused: the delete stays") {
+        queue.push(item("k", 10));
+        CHECK(queue.push(item("k", 2000)).superseded == 1);
+        CHECK(queue.erasing("k"));
+        CHECK(queue.pop(Clock::now())->erase);
+    }
+    SECTION("the write dropped to make room leaves the delete in its place") {
+        queue.push(item("k", 600));
+        const auto pushed = queue.push(item("other", 600));
+        CHECK(pushed.dropped == 1);
+        CHECK(queue.erasing("k"));
+        CHECK(queue.size() == 2);
+    }
+    SECTION("the write given up: the delete is queued again") {
+        queue.push(item("k", 10));
+        auto write = queue.pop(Clock::now());
+        REQUIRE(write);
+        CHECK(write->replaces_delete);
+        CHECK(queue.abandon(*write));
+        CHECK(queue.pop(Clock::now())->erase);
+    }
+    SECTION("the write failed with no room to requeue it: the delete is queued") {
+        queue.push(item("k", 10));
+        auto write = queue.pop(Clock::now());
+        REQUIRE(write);
+        REQUIRE(queue.push(item("filler", 990)).accepted); // 996 of 1000 bytes
+        CHECK(queue.requeue(std::move(*write)));
+        CHECK(queue.erasing("k"));
+        CHECK(queue.size() == 2);
+        CHECK(queue.bytes() == 997); // the filler and the delete ("k"), not the write
+    }
+    SECTION("a plain write given up queues nothing") {
+        queue.erase("k");
+        queue.push(item("k", 10));
+        auto write = queue.pop(Clock::now());
+        REQUIRE(write);
+        CHECK_FALSE(write->replaces_delete);
+        CHECK_FALSE(queue.abandon(*write));
+        CHECK(queue.size() == 0);
     }
 }
 
