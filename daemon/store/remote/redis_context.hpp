@@ -95,6 +95,23 @@ struct RedisReply {
 
     std::string_view text() const { return data.text(); }
     bool is_ok() const { return type == Type::status && text() == "OK"; }
+    // An error reply that the same command may not get later: Redis busy
+    // with a script, loading, a replica or a cluster in transition, out of
+    // memory, failing to save (-NOPERM, -ERR and the like are for good).
+    bool is_transient_error() const {
+        if (type != Type::error) {
+            return false;
+        }
+        const std::string_view code = text().substr(0, text().find(' '));
+        for (const std::string_view transient :
+             {"BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MISCONF",
+              "OOM", "NOREPLICAS"}) {
+            if (code == transient) {
+                return true;
+            }
+        }
+        return false;
+    }
 };
 
 using RedisReplyPtr = std::unique_ptr<RedisReply>;

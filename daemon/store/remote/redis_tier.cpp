@@ -382,6 +382,9 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     // the entry back: the DEL waits for it (a failed one is not retried).
     if (!m_queue.wait_settled(*redis_key, SteadyClock::now() + 2 * m_options.endpoint.op_timeout)) {
         add(m_counters.timeouts);
+        // Queued behind that write (the erase above took any delete it
+        // carried): else, the write failing, Redis kept the value (a review).
+        defer_delete(*redis_key);
         return tl::make_unexpected(
             StoreError{Failure::timeout,
                        fmt::format("DEL {:?}: its write to Redis is still going on", *redis_key)});
@@ -414,6 +417,13 @@ tl::expected<bool, StoreError> RedisTier::remove(std::string_view ns, std::strin
     const RedisReply& reply = *replies->front();
     if (reply.type != RedisReply::Type::integer) {
         add(m_counters.errors);
+        if (reply.is_transient_error()) {
+            // -BUSY and the like: sent again later, and answered locally
+            // meanwhile, as when Redis does not answer.
+            defer_delete(*redis_key);
+            return tl::make_unexpected(StoreError{
+                Failure::unavailable, fmt::format("DEL {:?}: {}", *redis_key, reply.text())});
+        }
         return tl::make_unexpected(
             StoreError{Failure::io, fmt::format("DEL {:?}: {}", *redis_key, reply.text())});
     }

@@ -22,6 +22,10 @@ void add(std::atomic<std::uint64_t>& counter) {
 // Connectivity failures a queued write survives (it waits in the queue while
 // Redis is unreachable; these are failures of writes tried while it seemed up).
 constexpr unsigned k_write_attempts = 3;
+// A queued delete refused with a transient error (-BUSY, -LOADING ...) is
+// tried again after a pause, for about a minute of such refusals.
+constexpr unsigned k_delete_refusals = 600;
+constexpr Milliseconds k_refusal_pause{100};
 
 } // namespace
 
@@ -157,7 +161,16 @@ void RedisTier::write(WriteItem item) {
         } else {
             add(m_counters.errors);
             log_refused_write(item, (*refused)->text());
-            if (item.erase) {
+            if (item.erase && (*refused)->is_transient_error() &&
+                item.attempts + 1 < k_delete_refusals) {
+                // Dropped, Redis kept the deleted value for good (a review:
+                // -BUSY while a script ran).
+                ++item.attempts;
+                if (!m_queue.requeue(std::move(item), true)) {
+                    add(m_counters.queue_drops);
+                }
+                std::this_thread::sleep_for(k_refusal_pause);
+            } else if (item.erase) {
                 m_queue.finished(item.key); // sent again, it would be refused again
             } else {
                 (void)m_queue.abandon(item); // the delete it carries goes on
@@ -177,7 +190,14 @@ void RedisTier::write(WriteItem item) {
         add(m_counters.queue_drops);
         remote_logger().debug("{} {:?} given up: {}", item.erase ? "DEL" : "SET", item.key,
                               replies.error().message);
-        (void)m_queue.abandon(item); // a delete it carries goes on
+        if (item.erase) {
+            m_queue.finished(item.key); // not a failure that waiting mends
+        } else {
+            // The delete it carries goes on. Whether Redis ran the SET is not
+            // known (a timeout after sending it): the delete may then remove
+            // it from Redis, a miss there, never the value deleted before.
+            (void)m_queue.abandon(item);
+        }
     }
     update_gauges();
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 from pt2harness import STATUS, error_message, wait_for
@@ -189,7 +190,8 @@ def test_a_delete_waits_for_the_key_s_write_in_flight_at_most_twice_the_op_timeo
         remote_daemon, redis_server):
     # A write of the key still on its way to Redis could land after a DEL and
     # bring the entry back, so the DEL waits for it, but for no longer than
-    # two op timeouts: then it fails, counted, and sends nothing. Redis reads
+    # two op timeouts: then it fails, counted, and its DEL is queued to follow
+    # the write (before, it sent none, and the value stayed). Redis reads
     # the SET of 32 MiB but runs it only after CLIENT PAUSE ... WRITE ends, so
     # the write stays in flight for its op timeout plus 1 s (its 32 MiB).
     d = remote_daemon(op_ms=100)
@@ -212,12 +214,11 @@ def test_a_delete_waits_for_the_key_s_write_in_flight_at_most_twice_the_op_timeo
     assert "its write to Redis is still going on" in error_message(body)
     assert 0.2 <= took < 0.9, took  # two op timeouts, not the write's 1.1 s
     assert remote_stats(d)["timeouts"] > timeouts
-    # The delete failed as a whole and says so; once Redis runs writes again,
-    # a delete goes through everywhere.
-    wait_for(lambda: client.delete("fx-graph", inner)[0] == OK, timeout=10.0,
-             what="a delete after the write settled")
+    # The delete failed and says so; once Redis runs writes again, its DEL
+    # follows the write.
+    wait_for(lambda: direct.get(redis_key) is None, timeout=10.0,
+             what="the queued DEL to follow the write")
     assert client.get("fx-graph", inner)[0] == MISS
-    assert direct.get(redis_key) is None
 
 
 def delete_while_redis_frozen(d, client, direct, name: str, then=lambda: None):
@@ -240,6 +241,11 @@ def delete_while_redis_frozen(d, client, direct, name: str, then=lambda: None):
     time.sleep(max(0.0, 2.2 - (time.monotonic() - paused_at)))
     wait_remote_state(d, "connected")
     wait_for(lambda: remote_stats(d)["queue_entries"] == 0, what="the queued DEL to be sent")
+    # The queue looks empty while its DEL is out: a little longer for it to
+    # land (the callers check that it did).
+    deadline = time.monotonic() + 5
+    while direct.get(redis_key) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
     return redis_key, inner, during, result
 
 
@@ -283,3 +289,32 @@ def test_a_queued_delete_outlives_a_write_refused_behind_it(remote_daemon, redis
     assert stored == OK  # local only: too large for the queue
     assert direct.get(redis_key) is None
     assert client.get("fx-graph", inner) == (OK, large)
+
+
+def test_a_delete_redis_refuses_for_now_is_sent_later(remote_daemon, redis_server):
+    """A DEL that Redis answers -BUSY (a script running past
+    busy-reply-threshold) failed, and so did a queued one, for good: Redis
+    kept the deleted value (a review: 2 of 2). It is queued and sent again
+    once Redis takes it."""
+    d = remote_daemon(op_ms=1000)
+    wait_remote_state(d, "connected")
+    client = Native(d.socket)
+    direct = redis_client(redis_server)
+    redis_key, inner = fx_key("deleted-while-busy")
+    assert client.put("fx-graph", inner, b"V1") == OK
+    wait_for(lambda: direct.get(redis_key) == b"V1", what="the value written behind")
+    direct.config_set("busy-reply-threshold", 100)
+    script = ("local t = redis.call('TIME') while true do local n = redis.call('TIME') "
+              "if (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 1500000 then break end end")
+    busy = threading.Thread(target=lambda: redis_client(redis_server).eval(script, 0))
+    busy.start()
+    try:
+        time.sleep(0.3)  # the script is past the threshold: Redis answers -BUSY
+        assert client.delete("fx-graph", inner)[0] == OK
+        assert client.get("fx-graph", inner)[0] == MISS
+    finally:
+        busy.join(10)
+    # The queue looks empty while its DEL is out, being refused: Redis itself
+    # says when it is done.
+    wait_for(lambda: direct.get(redis_key) is None, timeout=10, what="the DEL to reach Redis")
+    assert client.get("fx-graph", inner)[0] == MISS

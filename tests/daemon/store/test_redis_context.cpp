@@ -303,3 +303,25 @@ TEST_CASE("redis connection refuses hostile replies, bounded in memory and time"
         std::filesystem::remove(dir.path() / "scripted.sock");
     }
 }
+
+TEST_CASE("transient error replies are told from lasting ones", "[store][redis]") {
+    const auto error = [](const char* text) {
+        RedisReply reply;
+        reply.type = RedisReply::Type::error;
+        reply.data = Blob::copy_of(std::string_view(text));
+        return reply;
+    };
+    CHECK(error("BUSY Redis is busy running a script.").is_transient_error());
+    CHECK(error("LOADING Redis is loading the dataset in memory").is_transient_error());
+    CHECK(error("READONLY You can't write against a read only replica.").is_transient_error());
+    CHECK(error("OOM command not allowed when used memory > 'maxmemory'.").is_transient_error());
+    CHECK(error("TRYAGAIN").is_transient_error());
+    CHECK_FALSE(
+        error("NOPERM this user has no permissions to run the 'del' command").is_transient_error());
+    CHECK_FALSE(error("ERR unknown command 'DEL'").is_transient_error());
+    CHECK_FALSE(error("BUSYKEY Target key name already exists.").is_transient_error());
+    RedisReply status;
+    status.type = RedisReply::Type::status;
+    status.data = Blob::copy_of(std::string_view("BUSY"));
+    CHECK_FALSE(status.is_transient_error());
+}
