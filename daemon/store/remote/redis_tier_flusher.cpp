@@ -23,8 +23,10 @@ void add(std::atomic<std::uint64_t>& counter) {
 // Redis is unreachable; these are failures of writes tried while it seemed up).
 constexpr unsigned k_write_attempts = 3;
 // A queued delete refused with a transient error (-BUSY, -LOADING ...) is
-// tried again after a pause, for about a minute of such refusals.
-constexpr unsigned k_delete_refusals = 600;
+// tried again after a pause, for five minutes of such refusals (a Redis
+// loading a large dump answers -LOADING that long; counted by refusals, two
+// flushers gave up after 31 s: a review).
+constexpr std::chrono::minutes k_delete_refusal_window{5};
 constexpr Milliseconds k_refusal_pause{100};
 
 } // namespace
@@ -161,17 +163,25 @@ void RedisTier::write(WriteItem item) {
         } else {
             add(m_counters.errors);
             log_refused_write(item, (*refused)->text());
+            const auto now = SteadyClock::now();
             if (item.erase && (*refused)->is_transient_error() &&
-                item.attempts + 1 < k_delete_refusals) {
+                item.refused_since == SteadyClock::time_point{}) {
+                item.refused_since = now;
+            }
+            if (item.erase && (*refused)->is_transient_error() &&
+                now - item.refused_since < k_delete_refusal_window) {
                 // Dropped, Redis kept the deleted value for good (a review:
                 // -BUSY while a script ran).
-                ++item.attempts;
                 if (!m_queue.requeue(std::move(item), true)) {
                     add(m_counters.queue_drops);
                 }
                 std::this_thread::sleep_for(k_refusal_pause);
             } else if (item.erase) {
-                m_queue.finished(item.key); // sent again, it would be refused again
+                // Sent again, it would be refused again: Redis keeps the value.
+                add(m_counters.queue_drops);
+                remote_logger().warn("DEL {:?} given up after Redis refused it: {}", item.key,
+                                     (*refused)->text());
+                m_queue.finished(item.key);
             } else {
                 (void)m_queue.abandon(item); // the delete it carries goes on
             }

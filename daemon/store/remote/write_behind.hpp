@@ -50,6 +50,9 @@ struct WriteItem {
     std::chrono::steady_clock::time_point queued_at{};
     unsigned attempts = 0;
     bool erase = false; // a DEL of `key` to send (no value)
+    // When Redis first refused this delete with a transient error (unset:
+    // it has not).
+    std::chrono::steady_clock::time_point refused_since{};
     // A write that took the place of a delete not sent yet: until it is
     // written, Redis may hold the value deleted.
     bool replaces_delete = false;
