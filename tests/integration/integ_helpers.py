@@ -22,6 +22,11 @@ ENTRY_NAME = re.compile(r"^[0-9a-f]{32}$")
 ENTRY_MAGIC = b"P2CE"
 
 
+# The most a PUT body adds to its value: namespace (with its length byte),
+# key (with its length), TTL, and slack.
+PUT_OVERHEAD = 1 + 32 + 2 + 1024 + 8 + 8
+
+
 def put_body(ns: str, key: bytes, value: bytes, ttl_ms: int = 0) -> bytes:
     return key_body(ns, key) + struct.pack("<Q", ttl_ms) + value
 

@@ -8,13 +8,12 @@ import socket
 import struct
 
 import pytest
-from integ_helpers import (NativeClient, drain_disk_queue, entry_files, error_reply, put_body,
-                           temp_files, vm_rss_kib, list_body)
+from integ_helpers import (PUT_OVERHEAD, NativeClient, drain_disk_queue, entry_files, error_reply,
+                           put_body, temp_files, vm_rss_kib, list_body)
 from pt2harness import (HEADER, MAGIC, OP, STATUS, Daemon, RawConnection, TempDir, frame,
                         hello_frame, key_body, wait_for)
 
 MAX_VALUE = 1 << 20  # --set daemon.max_value_size=1MiB
-PUT_OVERHEAD = 1 + 32 + 2 + 1024 + 8 + 8
 
 
 @pytest.fixture(scope="module")
