@@ -164,12 +164,11 @@ void RedisTier::write(WriteItem item) {
             add(m_counters.errors);
             log_refused_write(item, (*refused)->text());
             const auto now = SteadyClock::now();
-            if (item.erase && (*refused)->is_transient_error() &&
-                item.refused_since == SteadyClock::time_point{}) {
+            const bool transient = item.erase && (*refused)->is_transient_error();
+            if (transient && item.refused_since == SteadyClock::time_point{}) {
                 item.refused_since = now;
             }
-            if (item.erase && (*refused)->is_transient_error() &&
-                now - item.refused_since < k_delete_refusal_window) {
+            if (transient && now - item.refused_since < k_delete_refusal_window) {
                 // Dropped, Redis kept the deleted value for good (a review:
                 // -BUSY while a script ran).
                 if (!m_queue.requeue(std::move(item), true)) {
@@ -191,7 +190,8 @@ void RedisTier::write(WriteItem item) {
         m_queue.finished(item.key);
     } else if ((item.erase || item.attempts + 1 < k_write_attempts) &&
                replies.error().connectivity()) {
-        // A delete is tried until Redis takes it (or it is dropped for room).
+        // A delete is tried until Redis takes it (requeue keeps a delete
+        // even without room; only drop_oldest may still drop it).
         ++item.attempts;
         if (!m_queue.requeue(std::move(item))) {
             add(m_counters.queue_drops);

@@ -379,6 +379,14 @@ def test_zero_byte_queue_means_read_only(remote_daemon, redis_server):
     assert redis_client(redis_server).dbsize() == 0
 
 
+def del_race_daemon(remote_daemon, redis_server, env=None):
+    """(a client of `redis_server`, a connected daemon using it) for the DEL
+    races below: timeouts long enough for 64 MiB values and paused writes."""
+    d = remote_daemon(op_ms=10000, connect_ms=3000, env=env)
+    wait_remote_state(d, "connected")
+    return redis_client(redis_server), d
+
+
 def race_with_del(d, redis_key: str, action, del_after=0.0, action_after=0.0) -> dict:
     """A DEL of `redis_key` through `d` and `action(client)` on another
     connection, each begun after its delay: their answers, under "del" and
@@ -415,9 +423,7 @@ def test_set_xx_never_outlives_a_del_that_ended_while_it_asked_redis(remote_daem
     locally and in Redis (a review: 12 of 12). The answer stands now only if
     no other write of the key's stripe began in between; else Redis is asked
     again."""
-    r = redis_client(redis_server)
-    d = remote_daemon(op_ms=10000, connect_ms=3000)
-    wait_remote_state(d, "connected")
+    r, d = del_race_daemon(remote_daemon, redis_server)
     wrong = []
     for trial in range(4):
         redis_key, _ = fx_key(f"xx-after-del-{trial}")
@@ -443,10 +449,8 @@ def test_set_xx_never_outlives_a_del_still_deleting_from_redis(remote_daemon, re
     a namespace only Redis keeps (TORCHINDUCTOR_FX_GRAPH_CACHE=0), the XX
     took no lock and looked at no DEL at all (a review: 5 of 5, 277 of 1,215
     without the pause)."""
-    r = redis_client(redis_server)
-    env = {} if local else {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
-    d = remote_daemon(op_ms=10000, connect_ms=3000, env=env)
-    wait_remote_state(d, "connected")
+    r, d = del_race_daemon(remote_daemon, redis_server,
+                           env={} if local else {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"})
     wrong = []
     for trial in range(3):
         redis_key, _ = fx_key(f"xx-during-del-{trial}")
@@ -468,9 +472,7 @@ def test_a_get_during_a_del_never_copies_the_deleted_value_back(remote_daemon, r
     but it was copied back into memory and disk, and outlived the DEL, also
     after a restart (a review: 3 of 3 with Redis's writes paused, 5 of 300
     without)."""
-    r = redis_client(redis_server)
-    d = remote_daemon(op_ms=10000, connect_ms=3000)
-    wait_remote_state(d, "connected")
+    r, d = del_race_daemon(remote_daemon, redis_server)
     wrong = []
     for trial in range(3):
         redis_key, _ = fx_key(f"get-during-del-{trial}")
